@@ -1,0 +1,18 @@
+doca_error_t doca_buf_inc_refcount(struct doca_buf *buf, uint16_t *refcount);
+doca_error_t doca_buf_dec_refcount(struct doca_buf *buf, uint16_t *refcount);
+doca_error_t doca_buf_get_refcount(const struct doca_buf *buf, uint16_t *refcount);
+doca_error_t doca_buf_get_len(const struct doca_buf *buf, size_t *len);
+doca_error_t doca_buf_get_head(const struct doca_buf *buf, void **head);
+doca_error_t doca_buf_get_data_len(const struct doca_buf *buf, size_t *data_len);
+doca_error_t doca_buf_get_data(const struct doca_buf *buf, void **data);
+doca_error_t doca_buf_set_data(struct doca_buf *buf, void *data, size_t data_len);
+doca_error_t doca_buf_set_data_len(struct doca_buf *buf, size_t data_len);
+doca_error_t doca_buf_reset_data_len(struct doca_buf *buf);
+doca_error_t doca_buf_get_next_in_list(struct doca_buf *buf, struct doca_buf **next_buf);
+doca_error_t doca_buf_get_last_in_list(struct doca_buf *buf, struct doca_buf **last_buf);
+doca_error_t doca_buf_is_last_in_list(const struct doca_buf *buf, uint8_t *is_last);
+doca_error_t doca_buf_is_first_in_list(const struct doca_buf *buf, uint8_t *is_first);
+doca_error_t doca_buf_is_in_list(const struct doca_buf *buf, uint8_t *is_in_list);
+doca_error_t doca_buf_get_list_len(const struct doca_buf *buf, uint32_t *num_elements);
+doca_error_t doca_buf_chain_list(struct doca_buf *list1, struct doca_buf *list2);
+doca_error_t doca_buf_unchain_list(struct doca_buf *list1, struct doca_buf *list2);

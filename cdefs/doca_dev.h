@@ -1,0 +1,35 @@
+#define DOCA_DEVINFO_VUID_SIZE 128
+#define DOCA_DEVINFO_IPV4_ADDR_SIZE 4
+#define DOCA_DEVINFO_IPV6_ADDR_SIZE 16
+#define DOCA_DEVINFO_MAC_ADDR_SIZE 6
+#define DOCA_DEVINFO_IFACE_NAME_SIZE 256
+#define DOCA_DEVINFO_IBDEV_NAME_SIZE 64
+#define DOCA_DEVINFO_PCI_ADDR_SIZE 13
+#define DOCA_DEVINFO_PCI_BDF_SIZE 8
+#define DOCA_DEVINFO_REP_VUID_SIZE 128
+#define DOCA_DEVINFO_REP_PCI_ADDR_SIZE 13
+#define DOCA_DEVINFO_REP_PCI_BDF_SIZE 8
+
+enum doca_devinfo_rep_filter {
+	DOCA_DEVINFO_REP_FILTER_ALL = 0,
+	DOCA_DEVINFO_REP_FILTER_NET = 2,
+	DOCA_DEVINFO_REP_FILTER_EMULATED = 4,
+};
+
+doca_error_t doca_devinfo_create_list(struct doca_devinfo ***dev_list, uint32_t *nb_devs);
+doca_error_t doca_devinfo_destroy_list(struct doca_devinfo **dev_list);
+doca_error_t doca_dev_open(struct doca_devinfo *devinfo, struct doca_dev **dev);
+doca_error_t doca_dev_close(struct doca_dev *dev);
+struct doca_devinfo *doca_dev_as_devinfo(const struct doca_dev *dev);
+doca_error_t doca_devinfo_get_pci_addr_str(const struct doca_devinfo *devinfo, char *pci_addr_str);
+doca_error_t doca_devinfo_is_equal_pci_addr(const struct doca_devinfo *devinfo,
+					    const char *pci_addr_str,
+					    uint8_t *is_equal);
+doca_error_t doca_devinfo_get_ipv4_addr(const struct doca_devinfo *devinfo, uint8_t *ipv4_addr, uint32_t size);
+doca_error_t doca_devinfo_get_ipv6_addr(const struct doca_devinfo *devinfo, uint8_t *ipv6_addr, uint32_t size);
+doca_error_t doca_devinfo_get_mac_addr(const struct doca_devinfo *devinfo, uint8_t *mac_addr, uint32_t size);
+doca_error_t doca_devinfo_get_iface_name(const struct doca_devinfo *devinfo, char *iface_name, uint32_t size);
+doca_error_t doca_devinfo_get_ibdev_name(const struct doca_devinfo *devinfo, char *ibdev_name, uint32_t size);
+doca_error_t doca_devinfo_get_lid(const struct doca_devinfo *devinfo, uint16_t *lid);
+doca_error_t doca_devinfo_get_active_rate(const struct doca_devinfo *devinfo, uint64_t *active_rate);
+doca_error_t doca_devinfo_get_iface_index(const struct doca_devinfo *devinfo, uint32_t *iface_index);

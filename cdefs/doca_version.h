@@ -1,0 +1,1 @@
+const char *doca_version_runtime(void);

@@ -1,0 +1,213 @@
+"""Context and Task: the generic DOCA ctx lifecycle and asynchronous tasks.
+
+A Context is connected to one ProgressEngine (its parent: closing the engine
+closes the context first). ``stop()`` drives the engine until the context
+reports IDLE, so outstanding tasks are failed and delivered before any memory
+they use is released.
+"""
+from __future__ import annotations
+
+import enum
+import time
+from typing import Any, Callable, Generator, Generic, List, Optional, TypeVar
+
+from pydoca._log import get_logger
+
+from ._native import callbacks, ffi, lib
+from .errors import DocaError, InProgressError, check, error_for
+from .pe import ProgressEngine
+from .resource import Resource
+
+log = get_logger()
+T = TypeVar("T")
+
+
+class CtxState(enum.IntEnum):
+    IDLE = 0
+    STARTING = 1
+    RUNNING = 2
+    STOPPING = 3
+
+
+class Context(Resource):
+    """Base for DOCA contexts (``doca_ctx``). Subclasses create the concrete
+    object, then call ``_attach(ctx_ptr)`` before configuring and starting."""
+
+    def __init__(self, pe: ProgressEngine, *, owners: tuple[Resource, ...] = ()) -> None:
+        super().__init__(pe)
+        self.pe = pe
+        self._owners = owners
+        for owner in owners:          # closing any owner closes this context first
+            owner._check_open()
+            owner._children[self._seq] = self
+        self._ctx: Any = ffi.NULL
+        self._id = callbacks.new_id()
+        self.state_history: List[tuple[CtxState, CtxState]] = []
+        self.on_state: Optional[Callable[[CtxState, CtxState], None]] = None
+
+    def _attach(self, c_ctx: Any) -> None:
+        self._ctx = c_ctx
+        callbacks.contexts[self._id] = self
+        data = ffi.new("union doca_data *")
+        data.u64 = self._id
+        check(lib.doca_ctx_set_user_data(c_ctx, data[0]), "doca_ctx_set_user_data")
+        check(lib.pydoca_ctx_set_state_cb(c_ctx), "doca_ctx_set_state_changed_cb")
+        check(lib.doca_pe_connect_ctx(self.pe.handle, c_ctx), "doca_pe_connect_ctx")
+
+    # -- callbacks from C -------------------------------------------------
+    def _on_state(self, prev: int, nxt: int) -> None:
+        pair = (CtxState(prev), CtxState(nxt))
+        self.state_history.append(pair)
+        log.debug("ctx state", ctx=type(self).__name__, prev=pair[0].name, next=pair[1].name)
+        if self.on_state is not None:
+            self.on_state(*pair)
+
+    def _on_conn_event(self, kind: int, c_conn: Any, conn_ud: int) -> None:  # pragma: no cover
+        pass
+
+    # -- lifecycle ----------------------------------------------------------
+    @property
+    def state(self) -> CtxState:
+        self._check_open()
+        out = ffi.new("enum doca_ctx_states *")
+        check(lib.doca_ctx_get_state(self._ctx, out), "doca_ctx_get_state")
+        return CtxState(int(out[0]))
+
+    @property
+    def num_inflight(self) -> int:
+        self._check_open()
+        n = ffi.new("size_t *")
+        check(lib.doca_ctx_get_num_inflight_tasks(self._ctx, n), "doca_ctx_get_num_inflight_tasks")
+        return int(n[0])
+
+    def start(self, *, timeout: float = 5.0) -> None:
+        """Start the context and wait until it is RUNNING."""
+        self._check_open()
+        rc = lib.doca_ctx_start(self._ctx)
+        if rc != 0 and not isinstance(error_for(rc), InProgressError):
+            check(rc, "doca_ctx_start")
+        self.pe.run_until(lambda: self.state == CtxState.RUNNING, timeout, what="context RUNNING")
+        self.pe.progress_all()
+
+    def stop(self, *, timeout: float = 10.0) -> None:
+        """Stop the context; outstanding tasks fail and are delivered first."""
+        self._check_open()
+        if self.state == CtxState.IDLE:
+            return
+        rc = lib.doca_ctx_stop(self._ctx)
+        if rc != 0 and not isinstance(error_for(rc), InProgressError):
+            check(rc, "doca_ctx_stop")
+        self.pe.run_until(lambda: self.state == CtxState.IDLE, timeout, what="context IDLE")
+        self.pe.progress_all()
+
+    def _shutdown(self) -> None:
+        try:
+            if self._ctx != ffi.NULL and not self.pe.closed and self.state != CtxState.IDLE:
+                self.stop()
+        finally:
+            callbacks.contexts.pop(self._id, None)
+            for owner in self._owners:
+                owner._children.pop(self._seq, None)
+
+
+class TaskStatus(enum.Enum):
+    PENDING = "pending"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class Task(Generic[T]):
+    """One submitted DOCA task. ``wait()`` progresses the engine until it
+    completes; ``result()`` returns its value or raises its DocaError. Tasks
+    are awaitable (see pydoca.aio)."""
+
+    def __init__(self, ctx: Context, keep: tuple[Any, ...] = ()) -> None:
+        self.ctx = ctx
+        self._keep = keep              # buffers & memory the task uses stay alive
+        self.status = TaskStatus.PENDING
+        self.error: Optional[DocaError] = None
+        self.value: Optional[T] = None
+        self.completed_at: Optional[float] = None
+        self._done_callbacks: List[Callable[["Task[T]"], None]] = []
+        self._id = callbacks.new_id()
+        self._c_task: Any = ffi.NULL
+
+    # -- C side -------------------------------------------------------------
+    def _user_data(self) -> Any:
+        data = ffi.new("union doca_data *")
+        data.u64 = self._id
+        return data[0]
+
+    def _submit(self, c_task: Any) -> "Task[T]":
+        """Submit the allocated DOCA task; on failure free it and raise."""
+        self._c_task = c_task
+        callbacks.tasks[self._id] = self
+        rc = lib.doca_task_submit(c_task)
+        if rc != 0:
+            callbacks.tasks.pop(self._id, None)
+            lib.doca_task_free(c_task)
+            self._c_task = ffi.NULL
+            check(rc, f"submit {type(self).__name__}")
+        return self
+
+    def _collect(self, c_task: Any) -> Optional[T]:
+        """Read the task's results before it is freed (subclasses)."""
+        return None
+
+    def _on_done(self, c_task: Any, success: bool) -> None:
+        try:
+            if success:
+                self.value = self._collect(c_task)
+                self.status = TaskStatus.SUCCEEDED
+            else:
+                rc = int(lib.doca_task_get_status(c_task))
+                self.error = error_for(rc or 1, f"{type(self).__name__} failed")
+                self.status = TaskStatus.FAILED
+        finally:
+            lib.doca_task_free(c_task)
+            self._c_task = ffi.NULL
+            self._keep = ()
+            self.completed_at = time.monotonic()
+        for cb in self._done_callbacks:
+            cb(self)
+
+    # -- user side ----------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.status is not TaskStatus.PENDING
+
+    def add_done_callback(self, fn: Callable[["Task[T]"], None]) -> None:
+        """Call ``fn(task)`` on completion (inside progress), or now if done."""
+        if self.done:
+            fn(self)
+        else:
+            self._done_callbacks.append(fn)
+
+    def wait(self, timeout: Optional[float] = 10.0) -> "Task[T]":
+        """Progress until done; TimeoutError after ``timeout`` seconds."""
+        if not self.done:
+            self.ctx.pe.run_until(lambda: self.done, 1e9 if timeout is None else timeout,
+                                  what=type(self).__name__)
+        return self
+
+    def result(self, timeout: Optional[float] = 10.0) -> Optional[T]:
+        """Wait, then return the value or raise the task's DocaError."""
+        self.wait(timeout)
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def __await__(self) -> Generator[Any, None, Optional[T]]:
+        from .aio import wait_task
+        return wait_task(self).__await__()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.status.value}>"
+
+
+def raise_if_running(ctx: Context) -> None:
+    if ctx.state != CtxState.IDLE:
+        raise DocaError(f"{type(ctx).__name__} must be idle to configure", code=18)
+
+
+__all__ = ["Context", "CtxState", "Task", "TaskStatus", "InProgressError"]

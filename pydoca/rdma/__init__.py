@@ -1,0 +1,291 @@
+"""DOCA RDMA: the ``Rdma`` context, its connections and its tasks.
+
+Two ways to connect, as in DOCA:
+
+* out of band: ``blob, conn = rdma.export()`` -> give ``blob`` to the peer ->
+  ``rdma.connect(peer_blob, conn)``;
+* RDMA CM: ``rdma.listen(port, accept=...)`` on one side,
+  ``rdma.connect_to(address, port)`` on the other.
+
+Every task method returns a :class:`pydoca.ctx.Task` (``wait``, ``result``,
+``await``). Callbacks and completions are delivered by the ProgressEngine.
+"""
+from __future__ import annotations
+
+import collections
+import ipaddress
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Union
+
+from pydoca._log import get_logger
+
+from .._native import ffi, lib
+from ..buffer import Buffer
+from ..ctx import Context, CtxState
+from ..device import Device
+from ..errors import DocaError, check
+from ..memory import Access
+from ..pe import ProgressEngine
+from .connection import Connection, ConnectionState
+from .gid import Gid, choose_gid_index, gid_table
+from .tasks import AtomicTask, Opcode, ReadTask, Received, ReceiveTask, SendTask, WriteTask, to_be32
+
+log = get_logger()
+
+AcceptPolicy = Callable[[Connection], Union[bool, bytes, None]]
+_TASK_TYPES = ("receive", "send", "send_imm", "read", "write", "write_imm", "atomic_cmp_swp", "atomic_fetch_add")
+_EV_REQUEST, _EV_ESTABLISHED, _EV_FAILURE, _EV_DISCONNECT = range(4)
+
+
+class Rdma(Context):
+    """A DOCA RDMA context on ``dev``, progressed by ``pe``.
+
+    Configuration is keyword-only and applied before start; the context is
+    started on construction unless ``start=False``.
+    """
+
+    def __init__(self, dev: Device, pe: ProgressEngine, *,
+                 permissions: Access = Access.LOCAL_READ_WRITE | Access.RDMA_WRITE | Access.RDMA_READ,
+                 gid_index: Optional[int] = None,
+                 max_connections: int = 16,
+                 send_queue_size: Optional[int] = None,
+                 recv_queue_size: Optional[int] = None,
+                 max_tasks: int = 256,
+                 rnr_retry_count: Optional[int] = None,
+                 connection_request_timeout_ms: Optional[int] = None,
+                 start: bool = True) -> None:
+        super().__init__(pe, owners=(dev,))
+        self.dev = dev
+        out = ffi.new("struct doca_rdma **")
+        check(lib.doca_rdma_create(dev.handle, out), "doca_rdma_create")
+        rdma = self._rdma = out[0]
+        self._arm(lambda: lib.doca_rdma_destroy(rdma))
+        self._attach(lib.doca_rdma_as_ctx(rdma))
+        self._conns: Dict[int, Connection] = {}
+        self.requests: Deque[Connection] = collections.deque()
+        self._accept: Optional[AcceptPolicy] = None
+        self.on_connection: Optional[Callable[[Connection, ConnectionState], None]] = None
+        self.listening: List[int] = []
+
+        check(lib.doca_rdma_set_permissions(rdma, int(permissions)), "doca_rdma_set_permissions")
+        if gid_index is None:
+            gid_index = choose_gid_index(dev)
+        if gid_index is not None:
+            check(lib.doca_rdma_set_gid_index(rdma, gid_index), "doca_rdma_set_gid_index")
+        self.gid_index = gid_index
+        check(lib.doca_rdma_set_max_num_connections(rdma, max_connections), "doca_rdma_set_max_num_connections")
+        if send_queue_size is not None:
+            check(lib.doca_rdma_set_send_queue_size(rdma, send_queue_size), "doca_rdma_set_send_queue_size")
+        if recv_queue_size is not None:
+            check(lib.doca_rdma_set_recv_queue_size(rdma, recv_queue_size), "doca_rdma_set_recv_queue_size")
+        if rnr_retry_count is not None:
+            check(lib.doca_rdma_set_rnr_retry_count(rdma, rnr_retry_count), "doca_rdma_set_rnr_retry_count")
+        if connection_request_timeout_ms is not None:
+            check(lib.doca_rdma_set_connection_request_timeout(rdma, connection_request_timeout_ms),
+                  "doca_rdma_set_connection_request_timeout")
+        for name in _TASK_TYPES:
+            check(getattr(lib, f"pydoca_rdma_task_{name}_set_conf")(rdma, max_tasks),
+                  f"doca_rdma_task_{name}_set_conf")
+        check(lib.pydoca_rdma_set_conn_cbs(rdma), "doca_rdma_set_connection_state_callbacks")
+        if start:
+            self.start()
+
+    # -- configuration readback -------------------------------------------
+    @property
+    def permissions(self) -> Access:
+        out = ffi.new("uint32_t *")
+        check(lib.doca_rdma_get_permissions(self._rdma, out), "doca_rdma_get_permissions")
+        return Access(int(out[0]))
+
+    @property
+    def connections(self) -> List[Connection]:
+        return list(self._conns.values())
+
+    # -- connection events (called from progress) ---------------------------
+    def _connection_for(self, c_conn: Any) -> Optional[Connection]:
+        if c_conn == ffi.NULL:
+            return None
+        data = ffi.new("union doca_data *")
+        if lib.doca_rdma_connection_get_user_data(c_conn, data) != 0:
+            return None
+        return self._conns.get(int(data.u64))
+
+    def _forget(self, conn: Connection) -> None:
+        self._conns.pop(conn._ud, None)
+
+    def _on_conn_event(self, kind: int, c_conn: Any, conn_ud: int) -> None:
+        if kind == _EV_REQUEST:
+            conn = Connection(self, c_conn, incoming=True)
+            self._conns[conn._ud] = conn
+            decision = self._accept(conn) if self._accept is not None else None
+            if decision is True or isinstance(decision, (bytes, bytearray)):
+                conn.accept(bytes(decision) if decision is not True else b"")
+            elif decision is False:
+                conn.reject()
+            else:
+                self.requests.append(conn)
+            self._notify(conn)
+            return
+        found = self._conns.get(conn_ud) or self._connection_for(c_conn)
+        if found is None:
+            log.debug("event for unknown connection", kind=kind)
+            return
+        conn = found
+        if conn._c is None:
+            conn._c = c_conn
+        if kind == _EV_ESTABLISHED:
+            conn.state = ConnectionState.ESTABLISHED
+        elif kind == _EV_FAILURE:
+            conn.state = ConnectionState.FAILED
+        elif kind == _EV_DISCONNECT:
+            conn.state = ConnectionState.DISCONNECTED
+        log.debug("rdma connection", state=conn.state.value, incoming=conn.incoming)
+        self._notify(conn)
+
+    def _notify(self, conn: Connection) -> None:
+        if self.on_connection is not None:
+            self.on_connection(conn, conn.state)
+
+    # -- out of band ---------------------------------------------------------
+    def export(self) -> tuple[bytes, Connection]:
+        """Create a connection and return its details blob for the peer."""
+        self._check_open()
+        details = ffi.new("const void **")
+        size = ffi.new("size_t *")
+        c_conn = ffi.new("struct doca_rdma_connection **")
+        check(lib.doca_rdma_export(self._rdma, details, size, c_conn), "doca_rdma_export")
+        conn = Connection(self, c_conn[0], incoming=False)
+        self._conns[conn._ud] = conn
+        return bytes(ffi.buffer(details[0], size[0])), conn
+
+    def connect(self, peer_details: bytes, conn: Connection) -> Connection:
+        """Complete an exported connection with the peer's details blob."""
+        self._check_open()
+        if not isinstance(peer_details, (bytes, bytearray, memoryview)) or len(peer_details) == 0:
+            raise ValueError("peer details must be non-empty bytes")
+        blob = bytes(peer_details)
+        check(lib.doca_rdma_connect(self._rdma, blob, len(blob), conn.handle), "doca_rdma_connect")
+        return conn
+
+    # -- RDMA CM -----------------------------------------------------------
+    def listen(self, port: int, *, accept: Optional[AcceptPolicy] = None) -> None:
+        """Listen for RDMA CM requests on the device's address.
+
+        ``accept(conn)`` decides for each request: True or private-data bytes
+        accept, False rejects, None leaves it in ``requests`` (see ``incoming``)."""
+        self._check_open()
+        if not 0 < port < 65536:
+            raise ValueError(f"port out of range: {port}")
+        self._accept = accept
+        check(lib.doca_rdma_start_listen_to_port(self._rdma, port), "doca_rdma_start_listen_to_port")
+        self.listening.append(port)
+
+    def stop_listen(self, port: int) -> None:
+        check(lib.doca_rdma_stop_listen_to_port(self._rdma, port), "doca_rdma_stop_listen_to_port")
+        self.listening.remove(port)
+
+    def incoming(self, timeout: float) -> Iterator[Connection]:
+        """Yield undecided incoming requests as they arrive, until ``timeout``."""
+        import time
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.requests:
+                self.pe.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            while self.requests:
+                yield self.requests.popleft()
+
+    def connect_to(self, address: str, port: int, *, user_data: Any = None) -> Connection:
+        """Start an RDMA CM connection to ``address:port``; returns at once
+        with a PENDING connection (``wait_established()`` to block)."""
+        self._check_open()
+        ip = ipaddress.ip_address(address)
+        kind = lib.DOCA_RDMA_ADDR_TYPE_IPv4 if ip.version == 4 else lib.DOCA_RDMA_ADDR_TYPE_IPv6
+        addr = ffi.new("struct doca_rdma_addr **")
+        check(lib.doca_rdma_addr_create(kind, str(ip).encode(), port, addr), "doca_rdma_addr_create")
+        conn = Connection(self, None, incoming=False, user_data=user_data)
+        self._conns[conn._ud] = conn
+        data = ffi.new("union doca_data *")
+        data.u64 = conn._ud
+        try:
+            rc = lib.doca_rdma_connect_to_addr(self._rdma, addr[0], data[0])
+        finally:
+            lib.doca_rdma_addr_destroy(addr[0])
+        if rc != 0:
+            self._forget(conn)
+            check(rc, "doca_rdma_connect_to_addr")
+        return conn
+
+    # -- tasks ---------------------------------------------------------------
+    def send(self, conn: Connection, buf: Buffer) -> SendTask:
+        """Send ``buf``'s data; the peer must have a receive posted."""
+        task = SendTask(self, keep=(buf,))
+        out = ffi.new("struct doca_rdma_task_send **")
+        check(lib.doca_rdma_task_send_allocate_init(self._rdma, conn.handle, buf.handle, task._user_data(), out),
+              "doca_rdma_task_send_allocate_init")
+        return task._submit(lib.doca_rdma_task_send_as_task(out[0]))  # type: ignore[return-value]
+
+    def send_imm(self, conn: Connection, buf: Buffer, immediate: int) -> SendTask:
+        """Send with 32-bit immediate data."""
+        task = SendTask(self, keep=(buf,))
+        out = ffi.new("struct doca_rdma_task_send_imm **")
+        check(lib.doca_rdma_task_send_imm_allocate_init(self._rdma, conn.handle, buf.handle, to_be32(immediate),
+                                                        task._user_data(), out),
+              "doca_rdma_task_send_imm_allocate_init")
+        return task._submit(lib.doca_rdma_task_send_imm_as_task(out[0]))  # type: ignore[return-value]
+
+    def receive(self, buf: Buffer) -> ReceiveTask:
+        """Post a receive into ``buf`` (appended after its current data)."""
+        task = ReceiveTask(self, keep=(buf,), buffer=buf)
+        out = ffi.new("struct doca_rdma_task_receive **")
+        check(lib.doca_rdma_task_receive_allocate_init(self._rdma, buf.handle, task._user_data(), out),
+              "doca_rdma_task_receive_allocate_init")
+        return task._submit(lib.doca_rdma_task_receive_as_task(out[0]))  # type: ignore[return-value]
+
+    def read(self, conn: Connection, remote: Buffer, local: Buffer) -> ReadTask:
+        """Read ``remote``'s data (peer memory) into ``local``."""
+        task = ReadTask(self, keep=(remote, local))
+        out = ffi.new("struct doca_rdma_task_read **")
+        check(lib.doca_rdma_task_read_allocate_init(self._rdma, conn.handle, remote.handle, local.handle,
+                                                    task._user_data(), out), "doca_rdma_task_read_allocate_init")
+        return task._submit(lib.doca_rdma_task_read_as_task(out[0]))  # type: ignore[return-value]
+
+    def write(self, conn: Connection, local: Buffer, remote: Buffer) -> WriteTask:
+        """Write ``local``'s data into ``remote`` (peer memory)."""
+        task = WriteTask(self, keep=(local, remote))
+        out = ffi.new("struct doca_rdma_task_write **")
+        check(lib.doca_rdma_task_write_allocate_init(self._rdma, conn.handle, local.handle, remote.handle,
+                                                     task._user_data(), out), "doca_rdma_task_write_allocate_init")
+        return task._submit(lib.doca_rdma_task_write_as_task(out[0]))  # type: ignore[return-value]
+
+    def write_imm(self, conn: Connection, local: Buffer, remote: Buffer, immediate: int) -> WriteTask:
+        """Write, then consume a peer receive carrying ``immediate``."""
+        task = WriteTask(self, keep=(local, remote))
+        out = ffi.new("struct doca_rdma_task_write_imm **")
+        check(lib.doca_rdma_task_write_imm_allocate_init(self._rdma, conn.handle, local.handle, remote.handle,
+                                                         to_be32(immediate), task._user_data(), out),
+              "doca_rdma_task_write_imm_allocate_init")
+        return task._submit(lib.doca_rdma_task_write_imm_as_task(out[0]))  # type: ignore[return-value]
+
+    def compare_swap(self, conn: Connection, remote: Buffer, result: Buffer, *, compare: int, swap: int) -> AtomicTask:
+        """Atomic 64-bit compare-and-swap on ``remote``; value = previous value."""
+        task = AtomicTask(self, keep=(remote, result), result=result)
+        out = ffi.new("struct doca_rdma_task_atomic_cmp_swp **")
+        check(lib.doca_rdma_task_atomic_cmp_swp_allocate_init(self._rdma, conn.handle, remote.handle, result.handle,
+                                                              compare, swap, task._user_data(), out),
+              "doca_rdma_task_atomic_cmp_swp_allocate_init")
+        return task._submit(lib.doca_rdma_task_atomic_cmp_swp_as_task(out[0]))  # type: ignore[return-value]
+
+    def fetch_add(self, conn: Connection, remote: Buffer, result: Buffer, *, add: int) -> AtomicTask:
+        """Atomic 64-bit fetch-and-add on ``remote``; value = previous value."""
+        task = AtomicTask(self, keep=(remote, result), result=result)
+        out = ffi.new("struct doca_rdma_task_atomic_fetch_add **")
+        check(lib.doca_rdma_task_atomic_fetch_add_allocate_init(self._rdma, conn.handle, remote.handle,
+                                                                result.handle, add, task._user_data(), out),
+              "doca_rdma_task_atomic_fetch_add_allocate_init")
+        return task._submit(lib.doca_rdma_task_atomic_fetch_add_as_task(out[0]))  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"<Rdma dev={self.dev.info.ibdev_name} conns={len(self._conns)} {'closed' if self.closed else 'open'}>"
+
+
+__all__ = ["Rdma", "Connection", "ConnectionState", "Opcode", "Received", "Gid", "gid_table",
+           "choose_gid_index", "DocaError", "CtxState"]

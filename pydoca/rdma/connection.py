@@ -1,0 +1,112 @@
+"""RDMA connections: one per peer, created by export/connect or RDMA CM."""
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any, Optional
+
+from pydoca._log import get_logger
+
+from .._native import callbacks, ffi, lib
+from ..errors import DocaError, check
+
+if TYPE_CHECKING:
+    from . import Rdma
+
+log = get_logger()
+
+
+class ConnectionState(enum.Enum):
+    PENDING = "pending"            # exported / requested, not yet established
+    REQUESTED = "requested"        # incoming CM request awaiting accept/reject
+    ESTABLISHED = "established"
+    REJECTED = "rejected"          # we rejected it (incoming)
+    FAILED = "failed"              # never established (refused, timed out, rejected by peer)
+    DISCONNECTED = "disconnected"  # was established, now gone
+
+
+class Connection:
+    """A connection of an :class:`Rdma` context. Tasks name the connection
+    they travel on; ``disconnect()`` flushes its outstanding tasks."""
+
+    def __init__(self, rdma: "Rdma", c_conn: Any, *, incoming: bool, user_data: Any = None) -> None:
+        self.rdma = rdma
+        self._c = c_conn
+        self.incoming = incoming
+        self.user_data = user_data
+        self.state = ConnectionState.REQUESTED if incoming else ConnectionState.PENDING
+        self._ud = callbacks.new_id()
+        if c_conn is not None:
+            data = ffi.new("union doca_data *")
+            data.u64 = self._ud
+            check(lib.doca_rdma_connection_set_user_data(c_conn, data[0]), "doca_rdma_connection_set_user_data")
+
+    @property
+    def handle(self) -> Any:
+        if self._c is None:
+            raise DocaError("connection not established yet", code=14)
+        return self._c
+
+    @property
+    def id(self) -> int:
+        out = ffi.new("uint32_t *")
+        check(lib.doca_rdma_connection_get_id(self._c, out), "doca_rdma_connection_get_id")
+        return int(out[0])
+
+    @property
+    def peer_address(self) -> Optional[tuple[str, int]]:
+        """(address, port) of the peer for RDMA CM connections, else None."""
+        addr = ffi.new("struct doca_rdma_addr **")
+        if lib.doca_rdma_connection_get_addr(self._c, addr) != 0 or addr[0] == ffi.NULL:
+            return None
+        kind = ffi.new("enum doca_rdma_addr_type *")
+        text = ffi.new("const char **")
+        port = ffi.new("uint16_t *")
+        if lib.doca_rdma_addr_get_params(addr[0], kind, text, port) != 0:
+            return None
+        return (ffi.string(text[0]).decode() if text[0] != ffi.NULL else "", int(port[0]))
+
+    @property
+    def established(self) -> bool:
+        return self.state is ConnectionState.ESTABLISHED
+
+    @property
+    def closed(self) -> bool:
+        return self.state in (ConnectionState.FAILED, ConnectionState.DISCONNECTED, ConnectionState.REJECTED)
+
+    def accept(self, private_data: bytes = b"") -> None:
+        """Accept an incoming RDMA CM request (up to 255 bytes of private data)."""
+        if self.state is not ConnectionState.REQUESTED:
+            raise DocaError("only a requested connection can be accepted", code=18)
+        if len(private_data) > 255:
+            raise ValueError("private data is at most 255 bytes")
+        buf = ffi.from_buffer(bytearray(private_data)) if private_data else ffi.NULL
+        check(lib.doca_rdma_connection_accept(self._c, buf, len(private_data)), "doca_rdma_connection_accept")
+        self.state = ConnectionState.PENDING
+
+    def reject(self) -> None:
+        """Reject an incoming RDMA CM request."""
+        if self.state is not ConnectionState.REQUESTED:
+            raise DocaError("only a requested connection can be rejected", code=18)
+        check(lib.doca_rdma_connection_reject(self._c), "doca_rdma_connection_reject")
+        self.state = ConnectionState.REJECTED
+        self.rdma._forget(self)
+
+    def wait_established(self, timeout: float = 10.0) -> "Connection":
+        """Progress until established; raises on failure or timeout."""
+        self.rdma.pe.run_until(lambda: self.state is not ConnectionState.PENDING, timeout,
+                               what="connection established")
+        if self.state is not ConnectionState.ESTABLISHED:
+            from ..errors import DocaConnectionResetError
+            raise DocaConnectionResetError(f"connection {self.state.value}", code=11)
+        return self
+
+    def disconnect(self) -> None:
+        """Disconnect; outstanding tasks on it fail. Idempotent."""
+        if self.state in (ConnectionState.ESTABLISHED, ConnectionState.PENDING):
+            rc = lib.doca_rdma_connection_disconnect(self._c)
+            if rc != 0:
+                log.debug("disconnect", rc=rc)
+            self.state = ConnectionState.DISCONNECTED
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.state.value}{' incoming' if self.incoming else ''}>"

@@ -1,0 +1,101 @@
+"""RDMA task types: each wraps one DOCA RDMA task and reads its results.
+
+Immediate data is handed to and from the user as a host-order integer; DOCA
+carries it as big-endian ``doca_be32_t``.
+"""
+from __future__ import annotations
+
+import enum
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from .._native import ffi, lib
+from ..ctx import Task
+
+if TYPE_CHECKING:
+    from ..buffer import Buffer
+    from .connection import Connection
+
+
+class Opcode(enum.IntEnum):
+    """What a completed receive consumed."""
+
+    SEND = 0
+    SEND_WITH_IMM = 1
+    WRITE_WITH_IMM = 2
+
+
+def to_be32(value: int) -> int:
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise ValueError(f"immediate data must fit in 32 bits, got {value}")
+    return socket.htonl(value)
+
+
+def from_be32(value: int) -> int:
+    return socket.ntohl(int(value) & 0xFFFFFFFF)
+
+
+@dataclass(frozen=True)
+class Received:
+    """Result of a receive: the bytes are in ``buffer`` (``data`` copies them)."""
+
+    buffer: "Buffer"
+    length: int
+    opcode: Opcode
+    immediate: Optional[int]
+    connection: Optional["Connection"]
+
+    @property
+    def data(self) -> bytes:
+        """The received payload (a copy; ``buffer.memoryview()`` is zero-copy)."""
+        if self.opcode is Opcode.WRITE_WITH_IMM:
+            return b""
+        return bytes(self.buffer.memoryview()[-self.length:] if self.length else b"")
+
+
+class SendTask(Task[None]):
+    """send / send_imm: completes when the peer consumed it into a receive."""
+
+
+class WriteTask(Task[None]):
+    """write / write_imm: completes when the bytes are in the peer's memory."""
+
+
+class ReadTask(Task[int]):
+    """read: value is the number of bytes read."""
+
+    def _collect(self, c_task: Any) -> int:
+        return int(lib.doca_rdma_task_read_get_result_len(ffi.cast("struct doca_rdma_task_read *", c_task)))
+
+
+class AtomicTask(Task[int]):
+    """compare_swap / fetch_add: value is the 64-bit value before the operation."""
+
+    def __init__(self, *args: Any, result: "Buffer", **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._result = result
+
+    def _collect(self, c_task: Any) -> int:
+        view = self._result.memoryview()
+        return int.from_bytes(bytes(view[-8:]), "little")
+
+
+class ReceiveTask(Task[Received]):
+    """receive: value is a :class:`Received`."""
+
+    def __init__(self, *args: Any, buffer: "Buffer", **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._buffer = buffer
+
+    def _collect(self, c_task: Any) -> Received:
+        t = ffi.cast("struct doca_rdma_task_receive *", c_task)
+        opcode = Opcode(int(lib.doca_rdma_task_receive_get_result_opcode(t)))
+        length = int(lib.doca_rdma_task_receive_get_result_len(t))
+        imm = None
+        if opcode is not Opcode.SEND:
+            imm = from_be32(lib.doca_rdma_task_receive_get_result_immediate_data(t))
+        c_conn = lib.doca_rdma_task_receive_get_result_rdma_connection(t)
+        rdma = self.ctx
+        conn = rdma._connection_for(c_conn) if hasattr(rdma, "_connection_for") else None
+        return Received(self._buffer, length, opcode, imm, conn)

@@ -1,0 +1,316 @@
+/*
+ * softdoca internal contract: the bodies of DOCA's opaque structs and the
+ * calls the modules of softdoca make into each other.
+ *
+ * Module map (one .c file each):
+ *   error.c      doca_error_get_name/descr, version
+ *   dev.c        devinfo list (one soft device per interface with an address), dev open/close
+ *   mmap.c       local and remote (from export) memory maps, export descriptor, registry
+ *   buf.c        doca_buf and the buffer list functions
+ *   inventory.c  doca_buf_inventory
+ *   pe.c         progress engine, completion queue, notification fd, tasks (generic part)
+ *   ctx.c        generic context: state machine, state-changed callbacks
+ *   rdma*.c      DOCA RDMA context, connections, tasks, engine thread (the "NIC")
+ *
+ * Threads: the application thread(s) call DOCA functions; the engine thread
+ * (rdma) moves data. Every user callback (task completion, ctx state change,
+ * connection events) runs only inside doca_pe_progress on the caller's thread.
+ */
+#ifndef SOFTDOCA_INTERNAL_H
+#define SOFTDOCA_INTERNAL_H
+
+#include "doca_all.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <netinet/in.h>
+
+#define SD_EXPORT __attribute__((visibility("default")))
+#define SD_UNUSED __attribute__((unused))
+
+/* ---------------------------------------------------------------- logging */
+/* SOFTDOCA_LOG=debug|info|warn|error -> stderr (unset: silent; pydoca logs itself). */
+void sd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+enum { SD_LOG_DEBUG = 0, SD_LOG_INFO = 1, SD_LOG_WARN = 2, SD_LOG_ERROR = 3 };
+#define SD_DBG(...) sd_log(SD_LOG_DEBUG, __VA_ARGS__)
+#define SD_WARN(...) sd_log(SD_LOG_WARN, __VA_ARGS__)
+#define SD_ERR(...) sd_log(SD_LOG_ERROR, __VA_ARGS__)
+
+/* ---------------------------------------------------------------- utils */
+/* Fill buf with len cryptographically random bytes (getrandom). 0 on success. */
+int sd_random_bytes(void *buf, size_t len);
+/* CRC-32 (IEEE) of data. */
+uint32_t sd_crc32(const void *data, size_t len);
+/* Monotonic clock in nanoseconds. */
+uint64_t sd_now_ns(void);
+/* Random 64-bit id of this process instance (stable for the process lifetime,
+ * renewed after fork). Goes into every descriptor so that a descriptor is only
+ * honoured by the process that issued it. */
+uint64_t sd_instance_id(void);
+/* Env var as milliseconds with default; e.g. SOFTDOCA_TIMEOUT_MS. */
+uint64_t sd_env_ms(const char *name, uint64_t dflt);
+
+/* Registry of live handles (pe, ctx, mmap, inventory, dev, ...): lets the API
+ * detect use after destroy without dereferencing a freed pointer. A handle may
+ * carry a kind so that a recycled address of another type is not mistaken for
+ * a live handle. sd_handle_add returns 0 on success, -1 on allocation failure. */
+enum { SD_H_ANY = 0, SD_H_PE, SD_H_CTX, SD_H_MMAP, SD_H_INV, SD_H_DEV, SD_H_OTHER };
+int sd_handle_add(void *h);                       /* kind SD_H_OTHER */
+int sd_handle_add_kind(void *h, int kind);
+void sd_handle_del(void *h);
+int sd_handle_live(const void *h);                /* any kind */
+int sd_handle_live_kind(const void *h, int kind); /* that kind only */
+
+/* Little-endian wire helpers (descriptors, protocol headers). */
+static inline void sd_put_le16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void sd_put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void sd_put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t sd_get_le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t sd_get_le32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+static inline uint64_t sd_get_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+/* ---------------------------------------------------------------- devices */
+#define SD_IFNAME_MAX 64
+struct doca_devinfo {
+	char ibdev_name[64];      /* "soft_<iface>" */
+	char iface_name[SD_IFNAME_MAX];
+	uint32_t iface_index;
+	int has_ipv4, has_ipv6;
+	uint8_t ipv4[4];          /* network order */
+	uint8_t ipv6[16];
+	uint8_t mac[6];
+	char pci_addr[32];        /* "0000:ff:00.<n>"-like, stable per iface index */
+	uint16_t lid;             /* 0 for RoCE */
+	double active_rate;       /* Gb/s */
+};
+
+struct doca_dev {
+	struct doca_devinfo info;  /* copy: outlives the devinfo list */
+	atomic_int refs;           /* mmaps / rdma contexts using it */
+};
+
+/* ---------------------------------------------------------------- mmap */
+#define SD_KEY_LEN 16
+#define SD_MAX_DEVS_DEFAULT 4
+
+struct doca_mmap {
+	pthread_mutex_t lock;
+	int started;
+	int remote;                /* created from an export: describes peer memory */
+	uint8_t *addr;
+	size_t len;
+	uint32_t permissions;      /* enum doca_access_flag bits */
+	uint32_t max_devs;
+	uint32_t num_devs;
+	struct doca_dev **devs;
+	union doca_data user_data;
+	atomic_int num_bufs;       /* live doca_bufs pointing into this map */
+
+	/* local maps: set at start (export identity) */
+	uint64_t id;               /* process-unique */
+	uint8_t key[SD_KEY_LEN];   /* random access key */
+	int exported;
+	/* engine ops currently touching this map's memory (remote reads/writes/atomics) */
+	atomic_int engine_refs;
+
+	/* remote maps: peer identity from the descriptor */
+	uint64_t peer_instance;
+	uint8_t peer_addr[16];     /* IPv4-mapped or IPv6 */
+	uint16_t peer_port;
+
+	uint8_t *export_blob;      /* owned by the map, freed at destroy */
+	size_t export_len;
+	int registered;            /* local map currently in the registry */
+};
+
+/* Registry of started local maps, consulted by the engine for remote ops.
+ * sd_mmap_acquire validates id/key/instance, range [addr, addr+len) (with
+ * overflow checks) and that (map->permissions & need_perm) is set; on success
+ * it increments engine_refs and returns the map; sd_mmap_release drops it.
+ * Returns DOCA_ERROR_NOT_FOUND / NOT_PERMITTED / INVALID_VALUE otherwise.
+ * doca_mmap_stop removes the map from the registry and then waits (bounded)
+ * until engine_refs is 0, so no engine op touches memory after stop returns. */
+doca_error_t sd_mmap_acquire(uint64_t id, const uint8_t key[SD_KEY_LEN], uint64_t addr,
+			     uint64_t len, uint32_t need_perm, struct doca_mmap **out);
+void sd_mmap_release(struct doca_mmap *map);
+/* Same as sd_mmap_acquire, but first checks that instance is this process's
+ * sd_instance_id() (DOCA_ERROR_NOT_PERMITTED otherwise: stale descriptor). */
+doca_error_t sd_mmap_acquire_inst(uint64_t instance, uint64_t id, const uint8_t key[SD_KEY_LEN],
+				  uint64_t addr, uint64_t len, uint32_t need_perm,
+				  struct doca_mmap **out);
+
+/* Export descriptor (doca_mmap_export_rdma), little-endian, no padding:
+ *   u32 magic "SDMM" | u16 version | u16 total length | u64 instance | u64 map id
+ *   | u64 addr | u64 len | u32 permissions | key[16] | ip[16] (IPv4-mapped or IPv6)
+ *   | u16 port (reserved, 0) | u32 CRC-32 of all preceding bytes            */
+#define SD_MMAP_DESC_MAGIC 0x4d4d4453u   /* "SDMM" */
+#define SD_MMAP_DESC_VERSION 1
+#define SD_MMAP_DESC_LEN 82
+struct sd_mmap_desc {
+	uint64_t instance;
+	uint64_t id;
+	uint64_t addr;
+	uint64_t len;
+	uint32_t permissions;
+	uint8_t key[SD_KEY_LEN];
+	uint8_t ip[16];
+	uint16_t port;
+};
+/* Writes SD_MMAP_DESC_LEN bytes to out. */
+void sd_mmap_desc_encode(const struct sd_mmap_desc *d, uint8_t out[SD_MMAP_DESC_LEN]);
+/* Strict parse: DOCA_ERROR_INVALID_VALUE on any malformation. */
+doca_error_t sd_mmap_desc_parse(const void *buf, size_t len, struct sd_mmap_desc *out);
+/* Mask of valid enum doca_access_flag bits. */
+#define SD_ACCESS_MASK 0x7fu
+
+/* ---------------------------------------------------------------- buffers */
+struct doca_buf {
+	struct doca_buf_inventory *inv;
+	struct doca_mmap *mmap;
+	uint8_t *head;             /* start of buffer (may be a remote address) */
+	size_t len;                /* buffer length */
+	uint8_t *data;             /* start of data, head <= data <= head + len */
+	size_t data_len;
+	atomic_uint refcount;
+	struct doca_buf *next;     /* list chaining (doca_buf_chain_list) */
+	struct doca_buf *last;     /* valid in the list head */
+	uint32_t list_len;         /* valid in the list head */
+	int in_use;
+	struct doca_buf *free_next;
+};
+
+struct doca_buf_inventory {
+	pthread_mutex_t lock;
+	int started;
+	size_t num_elements;
+	size_t num_free;
+	struct doca_buf **chunks;  /* arrays of doca_buf, grown by expand */
+	size_t num_chunks;
+	struct doca_buf *free_list;
+	union doca_data user_data;
+};
+
+/* ---------------------------------------------------------------- tasks */
+struct doca_task;
+
+/* Per task-type operations, provided by the module owning the type. */
+struct sd_task_ops {
+	const char *name;
+	/* Called by doca_task_submit* on the caller's thread with the ctx RUNNING.
+	 * Validates and hands the task to the transport. Returns DOCA_SUCCESS if
+	 * the task is now in flight (its completion will come via sd_task_complete). */
+	doca_error_t (*submit)(struct doca_task *task);
+	/* Invoke the typed success or error completion callback of the task.
+	 * Called only from doca_pe_progress on the progressing thread. */
+	void (*invoke)(struct doca_task *task, int success);
+	/* Return the task to its owner's pool (doca_task_free). */
+	void (*release)(struct doca_task *task);
+};
+
+struct doca_task {
+	const struct sd_task_ops *ops;
+	struct doca_ctx *ctx;
+	union doca_data user_data;
+	doca_error_t status;
+	int in_flight;
+	struct doca_task *cq_next;   /* completion queue link */
+};
+
+/* Mark task done with status (DOCA_SUCCESS or an error) from any thread: the
+ * task is queued on its ctx's progress engine, the engine's notification fd
+ * is signalled, and the ctx's in-flight count drops when the completion is
+ * delivered by doca_pe_progress. Thread-safe, never blocks for long. */
+void sd_task_complete(struct doca_task *task, doca_error_t status);
+
+/* ---------------------------------------------------------------- contexts */
+struct sd_ctx_ops {
+	const char *name;
+	/* doca_ctx_start: validate config, allocate. DOCA_SUCCESS -> STARTING,
+	 * RUNNING on the next progress once start_done() reports 1. */
+	doca_error_t (*start)(struct doca_ctx *ctx);
+	/* 1 when an asynchronous start has finished (NULL: immediately). */
+	int (*start_done)(struct doca_ctx *ctx);
+	/* doca_ctx_stop: begin stopping (tear down connections, fail/flush
+	 * outstanding tasks via sd_task_complete with DOCA_ERROR_IO_FAILED or
+	 * DOCA_ERROR_CONNECTION_ABORTED). IDLE follows once no task is in flight. */
+	void (*stop)(struct doca_ctx *ctx);
+	/* Called after the ctx reached IDLE from STOPPING (release runtime state). */
+	void (*stopped)(struct doca_ctx *ctx);
+	/* Called from doca_pe_progress: deliver ctx-specific events (connection
+	 * callbacks). Returns number of events delivered. May be NULL. */
+	int (*progress)(struct doca_ctx *ctx);
+	/* doca_ctx_flush_tasks */
+	void (*flush)(struct doca_ctx *ctx);
+};
+
+struct doca_ctx {
+	const struct sd_ctx_ops *ops;
+	void *impl;                         /* e.g. struct doca_rdma * */
+	struct doca_pe *pe;
+	enum doca_ctx_states state;
+	union doca_data user_data;
+	doca_ctx_state_changed_callback_t state_cb;
+	atomic_uint inflight;               /* submitted, completion not yet delivered */
+	int stop_requested;
+	struct doca_ctx *pe_next;           /* list of ctxs connected to pe */
+	/* State transitions not yet reported to state_cb (delivered in order by
+	 * doca_pe_progress); protected by pe->lock. */
+#define SD_CTX_MAX_PENDING 32
+	struct { uint8_t prev, next; } pending[SD_CTX_MAX_PENDING];
+	unsigned pending_head, pending_count;
+};
+
+/* Initialise a ctx base (state IDLE) and register it as a live handle.
+ * Returns DOCA_SUCCESS or DOCA_ERROR_NO_MEMORY (registry). */
+doca_error_t sd_ctx_init(struct doca_ctx *ctx, const struct sd_ctx_ops *ops, void *impl);
+/* Tear down a ctx base before its memory is freed (e.g. doca_rdma_destroy):
+ * disconnects it from its pe, drops undelivered completions of its tasks and
+ * unregisters the handle. The ctx must be IDLE (caller checks: BAD_STATE). */
+void sd_ctx_fini(struct doca_ctx *ctx);
+/* Queue a state transition for delivery by progress and set ctx->state
+ * (caller holds no pe lock). */
+void sd_ctx_set_state(struct doca_ctx *ctx, enum doca_ctx_states next);
+/* Drive state transitions; called by doca_pe_progress. Returns events handled. */
+int sd_ctx_progress(struct doca_ctx *ctx);
+/* Generic submit path used by doca_task_submit & co. */
+doca_error_t sd_task_submit(struct doca_task *task);
+
+/* ---------------------------------------------------------------- pe */
+struct doca_pe {
+	pthread_mutex_t lock;
+	struct doca_task *cq_head, *cq_tail;  /* completed, not yet delivered */
+	int efd;                              /* eventfd: notification handle */
+	atomic_int armed;                     /* doca_pe_request_notification called */
+	atomic_int wake_pending;              /* sd_pe_wake called since last progress */
+	struct doca_ctx *ctxs;
+	int event_mode;
+	int destroyed;
+};
+
+/* Signal the pe's notification fd (any thread), e.g. when a ctx event is
+ * queued for delivery in progress. */
+void sd_pe_wake(struct doca_pe *pe);
+
+#endif

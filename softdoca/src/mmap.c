@@ -1,0 +1,559 @@
+/* Memory maps: local maps (registered while started, for the RDMA engine) and
+ * remote maps created from an export descriptor. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- registry */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t reg_cond;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+static struct doca_mmap **reg_maps;
+static size_t reg_num, reg_cap;
+static _Atomic uint64_t next_map_id = 1;
+
+static void reg_init(void)
+{
+	pthread_condattr_t a;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&reg_cond, &a);
+	pthread_condattr_destroy(&a);
+}
+
+static int reg_add(struct doca_mmap *m)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&reg_lock);
+	if (reg_num == reg_cap) {
+		size_t cap = reg_cap ? reg_cap * 2 : 16;
+		struct doca_mmap **n = realloc(reg_maps, cap * sizeof(*n));
+		if (!n) {
+			rc = -1;
+			goto out;
+		}
+		reg_maps = n;
+		reg_cap = cap;
+	}
+	reg_maps[reg_num++] = m;
+	m->registered = 1;
+out:
+	pthread_mutex_unlock(&reg_lock);
+	return rc;
+}
+
+/* Caller holds reg_lock. */
+static void reg_remove_locked(struct doca_mmap *m)
+{
+	for (size_t i = 0; i < reg_num; i++) {
+		if (reg_maps[i] == m) {
+			reg_maps[i] = reg_maps[--reg_num];
+			break;
+		}
+	}
+	m->registered = 0;
+	if (reg_num == 0) {
+		free(reg_maps);
+		reg_maps = NULL;
+		reg_cap = 0;
+	}
+}
+
+static int key_equal(const uint8_t *a, const uint8_t *b)
+{
+	uint8_t d = 0;
+
+	for (int i = 0; i < SD_KEY_LEN; i++)
+		d |= (uint8_t)(a[i] ^ b[i]);
+	return d == 0;
+}
+
+doca_error_t sd_mmap_acquire(uint64_t id, const uint8_t key[SD_KEY_LEN], uint64_t addr, uint64_t len,
+			     uint32_t need_perm, struct doca_mmap **out)
+{
+	struct doca_mmap *m = NULL;
+	doca_error_t rc = DOCA_SUCCESS;
+
+	if (!key || !out)
+		return DOCA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&reg_lock);
+	for (size_t i = 0; i < reg_num; i++) {
+		if (reg_maps[i]->id == id) {
+			m = reg_maps[i];
+			break;
+		}
+	}
+	if (!m) {
+		rc = DOCA_ERROR_NOT_FOUND;
+	} else if (!key_equal(m->key, key)) {
+		rc = DOCA_ERROR_NOT_PERMITTED;
+	} else {
+		uint64_t base = (uint64_t)(uintptr_t)m->addr;
+		if (addr + len < addr || len > m->len || addr < base || addr - base > m->len - len)
+			rc = DOCA_ERROR_NOT_PERMITTED;
+		else if ((m->permissions & need_perm) != need_perm)
+			rc = DOCA_ERROR_NOT_PERMITTED;
+	}
+	if (rc == DOCA_SUCCESS) {
+		atomic_fetch_add(&m->engine_refs, 1);
+		*out = m;
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return rc;
+}
+
+doca_error_t sd_mmap_acquire_inst(uint64_t instance, uint64_t id, const uint8_t key[SD_KEY_LEN],
+				  uint64_t addr, uint64_t len, uint32_t need_perm, struct doca_mmap **out)
+{
+	if (instance != sd_instance_id())
+		return DOCA_ERROR_NOT_PERMITTED;
+	return sd_mmap_acquire(id, key, addr, len, need_perm, out);
+}
+
+void sd_mmap_release(struct doca_mmap *map)
+{
+	if (!map)
+		return;
+	pthread_once(&reg_once, reg_init);
+	pthread_mutex_lock(&reg_lock);
+	if (atomic_fetch_sub(&map->engine_refs, 1) == 1)
+		pthread_cond_broadcast(&reg_cond);
+	pthread_mutex_unlock(&reg_lock);
+}
+
+/* Unregister and wait (bounded) until no engine op touches the map. */
+static doca_error_t reg_drain(struct doca_mmap *m)
+{
+	uint64_t ms = sd_env_ms("SOFTDOCA_TIMEOUT_MS", 5000);
+	struct timespec dl;
+	doca_error_t rc = DOCA_SUCCESS;
+
+	pthread_once(&reg_once, reg_init);
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += (time_t)(ms / 1000);
+	dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&reg_lock);
+	if (m->registered)
+		reg_remove_locked(m);
+	while (atomic_load(&m->engine_refs) > 0) {
+		if (pthread_cond_timedwait(&reg_cond, &reg_lock, &dl) == ETIMEDOUT) {
+			if (atomic_load(&m->engine_refs) > 0)
+				rc = DOCA_ERROR_TIME_OUT;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- descriptor */
+void sd_mmap_desc_encode(const struct sd_mmap_desc *d, uint8_t out[SD_MMAP_DESC_LEN])
+{
+	uint8_t *p = out;
+
+	sd_put_le32(p, SD_MMAP_DESC_MAGIC), p += 4;
+	sd_put_le16(p, SD_MMAP_DESC_VERSION), p += 2;
+	sd_put_le16(p, SD_MMAP_DESC_LEN), p += 2;
+	sd_put_le64(p, d->instance), p += 8;
+	sd_put_le64(p, d->id), p += 8;
+	sd_put_le64(p, d->addr), p += 8;
+	sd_put_le64(p, d->len), p += 8;
+	sd_put_le32(p, d->permissions), p += 4;
+	memcpy(p, d->key, SD_KEY_LEN), p += SD_KEY_LEN;
+	memcpy(p, d->ip, 16), p += 16;
+	sd_put_le16(p, d->port), p += 2;
+	sd_put_le32(p, sd_crc32(out, (size_t)(p - out)));
+}
+
+doca_error_t sd_mmap_desc_parse(const void *buf, size_t len, struct sd_mmap_desc *out)
+{
+	const uint8_t *p = buf;
+	struct sd_mmap_desc d;
+
+	if (!buf || !out || len != SD_MMAP_DESC_LEN)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (sd_get_le32(p) != SD_MMAP_DESC_MAGIC || sd_get_le16(p + 4) != SD_MMAP_DESC_VERSION ||
+	    sd_get_le16(p + 6) != SD_MMAP_DESC_LEN)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (sd_get_le32(p + SD_MMAP_DESC_LEN - 4) != sd_crc32(p, SD_MMAP_DESC_LEN - 4))
+		return DOCA_ERROR_INVALID_VALUE;
+	p += 8;
+	d.instance = sd_get_le64(p), p += 8;
+	d.id = sd_get_le64(p), p += 8;
+	d.addr = sd_get_le64(p), p += 8;
+	d.len = sd_get_le64(p), p += 8;
+	d.permissions = sd_get_le32(p), p += 4;
+	memcpy(d.key, p, SD_KEY_LEN), p += SD_KEY_LEN;
+	memcpy(d.ip, p, 16), p += 16;
+	d.port = sd_get_le16(p);
+	if (d.len == 0 || d.addr + d.len < d.addr || (d.permissions & ~SD_ACCESS_MASK))
+		return DOCA_ERROR_INVALID_VALUE;
+	if (sizeof(uintptr_t) < 8 && (d.addr + d.len) > (uint64_t)UINTPTR_MAX)
+		return DOCA_ERROR_INVALID_VALUE;
+	*out = d;
+	return DOCA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- helpers */
+static int live(const struct doca_mmap *m)
+{
+	return m && sd_handle_live_kind(m, SD_H_MMAP);
+}
+
+#define CHECK_MMAP(m)                              \
+	do {                                       \
+		if (!(m))                          \
+			return DOCA_ERROR_INVALID_VALUE; \
+		if (!live(m))                      \
+			return DOCA_ERROR_BAD_STATE; \
+	} while (0)
+
+static struct doca_mmap *mmap_alloc(void)
+{
+	struct doca_mmap *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return NULL;
+	pthread_mutex_init(&m->lock, NULL);
+	m->permissions = DOCA_ACCESS_FLAG_LOCAL_READ_WRITE;
+	m->max_devs = SD_MAX_DEVS_DEFAULT;
+	atomic_init(&m->num_bufs, 0);
+	atomic_init(&m->engine_refs, 0);
+	if (sd_handle_add_kind(m, SD_H_MMAP) != 0) {
+		pthread_mutex_destroy(&m->lock);
+		free(m);
+		return NULL;
+	}
+	return m;
+}
+
+static int has_dev(const struct doca_mmap *m, const struct doca_dev *dev)
+{
+	for (uint32_t i = 0; i < m->num_devs; i++)
+		if (m->devs[i] == dev)
+			return 1;
+	return 0;
+}
+
+static doca_error_t add_dev_locked(struct doca_mmap *m, struct doca_dev *dev)
+{
+	if (has_dev(m, dev))
+		return DOCA_ERROR_ALREADY_EXIST;
+	if (m->num_devs >= m->max_devs)
+		return DOCA_ERROR_NO_MEMORY;
+	if (!m->devs) {
+		m->devs = calloc(m->max_devs, sizeof(*m->devs));
+		if (!m->devs)
+			return DOCA_ERROR_NO_MEMORY;
+	}
+	m->devs[m->num_devs++] = dev;
+	atomic_fetch_add(&dev->refs, 1);
+	return DOCA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- API */
+SD_EXPORT doca_error_t doca_mmap_create(struct doca_mmap **mmap)
+{
+	if (!mmap)
+		return DOCA_ERROR_INVALID_VALUE;
+	*mmap = mmap_alloc();
+	return *mmap ? DOCA_SUCCESS : DOCA_ERROR_NO_MEMORY;
+}
+
+SD_EXPORT doca_error_t doca_mmap_destroy(struct doca_mmap *mmap)
+{
+	CHECK_MMAP(mmap);
+	pthread_mutex_lock(&mmap->lock);
+	if (mmap->started && !mmap->remote) {
+		pthread_mutex_unlock(&mmap->lock);
+		return DOCA_ERROR_BAD_STATE;
+	}
+	if (atomic_load(&mmap->num_bufs) > 0 || atomic_load(&mmap->engine_refs) > 0) {
+		pthread_mutex_unlock(&mmap->lock);
+		return DOCA_ERROR_IN_USE;
+	}
+	sd_handle_del(mmap);
+	for (uint32_t i = 0; i < mmap->num_devs; i++)
+		atomic_fetch_sub(&mmap->devs[i]->refs, 1);
+	pthread_mutex_unlock(&mmap->lock);
+	pthread_mutex_destroy(&mmap->lock);
+	free(mmap->devs);
+	free(mmap->export_blob);
+	free(mmap);
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_mmap_start(struct doca_mmap *mmap)
+{
+	doca_error_t rc = DOCA_SUCCESS;
+
+	CHECK_MMAP(mmap);
+	pthread_mutex_lock(&mmap->lock);
+	if (mmap->started) {
+		rc = DOCA_ERROR_BAD_STATE;
+	} else if (mmap->remote) {
+		mmap->started = 1;
+	} else if (!mmap->addr || !mmap->len || mmap->num_devs == 0) {
+		rc = DOCA_ERROR_BAD_STATE;
+	} else {
+		mmap->id = atomic_fetch_add(&next_map_id, 1);
+		if (sd_random_bytes(mmap->key, SD_KEY_LEN) != 0)
+			rc = DOCA_ERROR_OPERATING_SYSTEM;
+		else if (reg_add(mmap) != 0)
+			rc = DOCA_ERROR_NO_MEMORY;
+		else
+			mmap->started = 1;
+	}
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
+
+SD_EXPORT doca_error_t doca_mmap_stop(struct doca_mmap *mmap)
+{
+	doca_error_t rc = DOCA_SUCCESS;
+
+	CHECK_MMAP(mmap);
+	pthread_mutex_lock(&mmap->lock);
+	if (!mmap->started)
+		rc = DOCA_ERROR_BAD_STATE;
+	else if (atomic_load(&mmap->num_bufs) > 0)
+		rc = DOCA_ERROR_IN_USE;
+	else if (!mmap->remote)
+		rc = reg_drain(mmap);
+	if (rc == DOCA_SUCCESS)
+		mmap->started = 0;
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
+
+SD_EXPORT doca_error_t doca_mmap_add_dev(struct doca_mmap *mmap, struct doca_dev *dev)
+{
+	doca_error_t rc;
+
+	CHECK_MMAP(mmap);
+	if (!dev)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (!sd_handle_live_kind(dev, SD_H_DEV))
+		return DOCA_ERROR_BAD_STATE;
+	pthread_mutex_lock(&mmap->lock);
+	rc = mmap->started ? DOCA_ERROR_BAD_STATE : add_dev_locked(mmap, dev);
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
+
+SD_EXPORT doca_error_t doca_mmap_rm_dev(struct doca_mmap *mmap, struct doca_dev *dev)
+{
+	doca_error_t rc = DOCA_ERROR_NOT_FOUND;
+
+	CHECK_MMAP(mmap);
+	if (!dev)
+		return DOCA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mmap->lock);
+	if (mmap->started) {
+		rc = DOCA_ERROR_BAD_STATE;
+	} else {
+		for (uint32_t i = 0; i < mmap->num_devs; i++) {
+			if (mmap->devs[i] == dev) {
+				mmap->devs[i] = mmap->devs[--mmap->num_devs];
+				atomic_fetch_sub(&dev->refs, 1);
+				rc = DOCA_SUCCESS;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
+
+SD_EXPORT doca_error_t doca_mmap_export_rdma(struct doca_mmap *mmap, const struct doca_dev *dev,
+					     const void **export_desc, size_t *export_desc_len)
+{
+	struct sd_mmap_desc d;
+	doca_error_t rc = DOCA_SUCCESS;
+
+	CHECK_MMAP(mmap);
+	if (!dev || !export_desc || !export_desc_len)
+		return DOCA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mmap->lock);
+	if (mmap->remote) {
+		rc = DOCA_ERROR_NOT_PERMITTED;
+		goto out;
+	}
+	if (!mmap->started || !mmap->registered) {
+		rc = DOCA_ERROR_BAD_STATE;
+		goto out;
+	}
+	if (!has_dev(mmap, dev)) {
+		rc = DOCA_ERROR_INVALID_VALUE;
+		goto out;
+	}
+	if (!mmap->export_blob) {
+		mmap->export_blob = malloc(SD_MMAP_DESC_LEN);
+		if (!mmap->export_blob) {
+			rc = DOCA_ERROR_NO_MEMORY;
+			goto out;
+		}
+	}
+	memset(&d, 0, sizeof(d));
+	d.instance = sd_instance_id();
+	d.id = mmap->id;
+	d.addr = (uint64_t)(uintptr_t)mmap->addr;
+	d.len = mmap->len;
+	d.permissions = mmap->permissions;
+	memcpy(d.key, mmap->key, SD_KEY_LEN);
+	if (dev->info.has_ipv4) {
+		d.ip[10] = d.ip[11] = 0xff;
+		memcpy(d.ip + 12, dev->info.ipv4, 4);
+	} else if (dev->info.has_ipv6) {
+		memcpy(d.ip, dev->info.ipv6, 16);
+	}
+	d.port = 0;
+	sd_mmap_desc_encode(&d, mmap->export_blob);
+	mmap->export_len = SD_MMAP_DESC_LEN;
+	mmap->exported = 1;
+	*export_desc = mmap->export_blob;
+	*export_desc_len = mmap->export_len;
+out:
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
+
+SD_EXPORT doca_error_t doca_mmap_create_from_export(const union doca_data *user_data, const void *export_desc,
+						    size_t export_desc_len, struct doca_dev *dev,
+						    struct doca_mmap **mmap)
+{
+	struct sd_mmap_desc d;
+	struct doca_mmap *m;
+	doca_error_t rc;
+
+	if (!export_desc || !dev || !mmap)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (!sd_handle_live_kind(dev, SD_H_DEV))
+		return DOCA_ERROR_BAD_STATE;
+	rc = sd_mmap_desc_parse(export_desc, export_desc_len, &d);
+	if (rc != DOCA_SUCCESS)
+		return rc;
+	m = mmap_alloc();
+	if (!m)
+		return DOCA_ERROR_NO_MEMORY;
+	m->remote = 1;
+	m->started = 1;
+	m->addr = (uint8_t *)(uintptr_t)d.addr;
+	m->len = (size_t)d.len;
+	m->permissions = d.permissions;
+	m->id = d.id;
+	memcpy(m->key, d.key, SD_KEY_LEN);
+	m->peer_instance = d.instance;
+	memcpy(m->peer_addr, d.ip, 16);
+	m->peer_port = d.port;
+	if (user_data)
+		m->user_data = *user_data;
+	rc = add_dev_locked(m, dev);
+	if (rc != DOCA_SUCCESS) {
+		m->started = 0;
+		doca_mmap_destroy(m);
+		return rc;
+	}
+	*mmap = m;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_mmap_set_memrange(struct doca_mmap *mmap, void *addr, size_t len)
+{
+	doca_error_t rc = DOCA_SUCCESS;
+
+	CHECK_MMAP(mmap);
+	if (!addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr)
+		return DOCA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mmap->lock);
+	if (mmap->started || mmap->remote) {
+		rc = DOCA_ERROR_BAD_STATE;
+	} else {
+		mmap->addr = addr;
+		mmap->len = len;
+	}
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
+
+SD_EXPORT doca_error_t doca_mmap_get_memrange(const struct doca_mmap *mmap, void **addr, size_t *len)
+{
+	CHECK_MMAP(mmap);
+	if (!addr || !len)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (!mmap->addr && !mmap->len)
+		return DOCA_ERROR_BAD_STATE;
+	*addr = mmap->addr;
+	*len = mmap->len;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_mmap_get_user_data(const struct doca_mmap *mmap, union doca_data *user_data)
+{
+	CHECK_MMAP(mmap);
+	if (!user_data)
+		return DOCA_ERROR_INVALID_VALUE;
+	*user_data = mmap->user_data;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_mmap_set_user_data(struct doca_mmap *mmap, union doca_data user_data)
+{
+	CHECK_MMAP(mmap);
+	mmap->user_data = user_data;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_mmap_set_max_num_devices(struct doca_mmap *mmap, uint32_t max_num_devices)
+{
+	doca_error_t rc = DOCA_SUCCESS;
+
+	CHECK_MMAP(mmap);
+	if (max_num_devices == 0)
+		return DOCA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mmap->lock);
+	if (mmap->started) {
+		rc = DOCA_ERROR_BAD_STATE;
+	} else if (max_num_devices < mmap->num_devs) {
+		rc = DOCA_ERROR_INVALID_VALUE;
+	} else {
+		struct doca_dev **n = calloc(max_num_devices, sizeof(*n));
+		if (!n) {
+			rc = DOCA_ERROR_NO_MEMORY;
+		} else {
+			if (mmap->num_devs)
+				memcpy(n, mmap->devs, mmap->num_devs * sizeof(*n));
+			free(mmap->devs);
+			mmap->devs = n;
+			mmap->max_devs = max_num_devices;
+		}
+	}
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
+
+SD_EXPORT doca_error_t doca_mmap_set_permissions(struct doca_mmap *mmap, uint32_t access_mask)
+{
+	doca_error_t rc = DOCA_SUCCESS;
+
+	CHECK_MMAP(mmap);
+	if (access_mask & ~SD_ACCESS_MASK)
+		return DOCA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mmap->lock);
+	if (mmap->started || mmap->remote)
+		rc = DOCA_ERROR_BAD_STATE;
+	else
+		mmap->permissions = access_mask;
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
