@@ -49,7 +49,8 @@ static void fill_mac_rate(struct doca_devinfo *d)
 	s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (s >= 0) {
 		memset(&ifr, 0, sizeof(ifr));
-		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", d->iface_name);
+		size_t n = strnlen(d->iface_name, sizeof(ifr.ifr_name) - 1);
+		memcpy(ifr.ifr_name, d->iface_name, n);
 		if (ioctl(s, SIOCGIFHWADDR, &ifr) == 0)
 			memcpy(d->mac, ifr.ifr_hwaddr.sa_data, 6);
 		close(s);
@@ -186,9 +187,14 @@ SD_EXPORT struct doca_devinfo *doca_dev_as_devinfo(const struct doca_dev *dev)
 
 SD_EXPORT doca_error_t doca_devinfo_get_pci_addr_str(const struct doca_devinfo *devinfo, char *pci_addr_str)
 {
+	size_t n;
+
 	if (!devinfo || !pci_addr_str)
 		return DOCA_ERROR_INVALID_VALUE;
-	snprintf(pci_addr_str, DOCA_DEVINFO_PCI_ADDR_SIZE, "%s", devinfo->pci_addr);
+	n = strnlen(devinfo->pci_addr, DOCA_DEVINFO_PCI_ADDR_SIZE - 1);
+
+	memcpy(pci_addr_str, devinfo->pci_addr, n);
+	pci_addr_str[n] = '\0';
 	return DOCA_SUCCESS;
 }
 

@@ -198,8 +198,15 @@ struct doca_buf {
 	struct doca_buf *last;     /* valid in the list head */
 	uint32_t list_len;         /* valid in the list head */
 	int in_use;
+	int in_tail;               /* chained behind some list head (not first) */
 	struct doca_buf *free_next;
 };
+
+/* Return a buf (refcount reached 0) to its inventory; drops mmap->num_bufs. */
+void sd_buf_release(struct doca_buf *buf);
+/* Take a free buf from inv (started) for mmap (started) and initialise it
+ * with refcount 1. BAD_STATE / NO_MEMORY on failure. Ranges are not checked. */
+doca_error_t sd_inv_take(struct doca_buf_inventory *inv, struct doca_mmap *mmap, struct doca_buf **out);
 
 struct doca_buf_inventory {
 	pthread_mutex_t lock;
@@ -294,6 +301,9 @@ void sd_ctx_fini(struct doca_ctx *ctx);
 void sd_ctx_set_state(struct doca_ctx *ctx, enum doca_ctx_states next);
 /* Drive state transitions; called by doca_pe_progress. Returns events handled. */
 int sd_ctx_progress(struct doca_ctx *ctx);
+/* One phase of sd_ctx_progress: deliver queued state callbacks, finish
+ * STARTING / STOPPING transitions, and (run_ops) call ops->progress. */
+int sd_ctx_progress_phase(struct doca_ctx *ctx, int run_ops);
 /* Generic submit path used by doca_task_submit & co. */
 doca_error_t sd_task_submit(struct doca_task *task);
 

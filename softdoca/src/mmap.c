@@ -16,10 +16,14 @@ static struct doca_mmap **reg_maps;
 static size_t reg_num, reg_cap;
 static _Atomic uint64_t next_map_id = 1;
 
+static void reg_prepare(void) { pthread_mutex_lock(&reg_lock); }
+static void reg_after(void) { pthread_mutex_unlock(&reg_lock); }
+
 static void reg_init(void)
 {
 	pthread_condattr_t a;
 
+	pthread_atfork(reg_prepare, reg_after, reg_after);
 	pthread_condattr_init(&a);
 	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
 	pthread_cond_init(&reg_cond, &a);
@@ -30,6 +34,7 @@ static int reg_add(struct doca_mmap *m)
 {
 	int rc = 0;
 
+	pthread_once(&reg_once, reg_init);
 	pthread_mutex_lock(&reg_lock);
 	if (reg_num == reg_cap) {
 		size_t cap = reg_cap ? reg_cap * 2 : 16;
@@ -82,6 +87,7 @@ doca_error_t sd_mmap_acquire(uint64_t id, const uint8_t key[SD_KEY_LEN], uint64_
 
 	if (!key || !out)
 		return DOCA_ERROR_INVALID_VALUE;
+	pthread_once(&reg_once, reg_init);
 	pthread_mutex_lock(&reg_lock);
 	for (size_t i = 0; i < reg_num; i++) {
 		if (reg_maps[i]->id == id) {

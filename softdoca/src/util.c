@@ -151,6 +151,13 @@ struct sd_hnode {
 
 static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sd_hnode *handles[SD_HBUCKETS];
+static pthread_once_t handles_once = PTHREAD_ONCE_INIT;
+
+/* Keep the registry usable in a forked child: no thread may hold the lock
+ * across fork. */
+static void handles_prepare(void) { pthread_mutex_lock(&handles_lock); }
+static void handles_after(void) { pthread_mutex_unlock(&handles_lock); }
+static void handles_init(void) { pthread_atfork(handles_prepare, handles_after, handles_after); }
 
 static size_t hbucket(const void *h)
 {
@@ -173,6 +180,7 @@ int sd_handle_add_kind(void *h, int kind)
 		return -1;
 	n->h = h;
 	n->kind = kind;
+	pthread_once(&handles_once, handles_init);
 	pthread_mutex_lock(&handles_lock);
 	n->next = handles[hbucket(h)];
 	handles[hbucket(h)] = n;

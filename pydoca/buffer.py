@@ -1,0 +1,236 @@
+"""Buffers: :class:`BufferInventory` (``doca_buf_inventory``) and :class:`Buffer` (``doca_buf``).
+
+A Buffer describes a range of a :class:`~pydoca.memory.MemoryMap` plus its
+data section (the bytes a task sends or the room it may fill). It is owned by
+both its inventory and its memory map: closing either closes the buffer first.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+import numpy.typing as npt
+
+from ._log import get_logger
+from ._native import ffi, lib
+from .errors import InvalidValueError, check
+from .memory import MemoryMap
+from .resource import Resource
+
+log = get_logger()
+
+
+def _link(owner: Resource, child: Resource) -> None:
+    """Register ``child`` as an extra (weak) child of ``owner``: closed before it."""
+    owner._check_open()
+    owner._children[child._seq] = child
+
+
+def _destroy_inventory(handle: Any, state: Dict[str, bool]) -> None:
+    if state["started"]:
+        check(lib.doca_buf_inventory_stop(handle), "doca_buf_inventory_stop")
+        state["started"] = False
+    check(lib.doca_buf_inventory_destroy(handle), "doca_buf_inventory_destroy")
+
+
+def _release_buf(handle: Any, mmap: MemoryMap) -> None:
+    """Drop our one reference; ``mmap`` stays referenced (so registered) until then."""
+    count = ffi.new("uint16_t *")
+    check(lib.doca_buf_dec_refcount(handle, count), "doca_buf_dec_refcount")
+    del mmap
+
+
+def _uint(name: str, value: int) -> int:
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+class BufferInventory(Resource):
+    """A pool of ``capacity`` buffer descriptors (``doca_buf_inventory``), started."""
+
+    def __init__(self, capacity: int) -> None:
+        """Create and start an inventory holding up to ``capacity`` buffers."""
+        if capacity <= 0:
+            raise ValueError(f"capacity must be > 0, got {capacity}")
+        super().__init__()
+        out = ffi.new("struct doca_buf_inventory **")
+        check(lib.doca_buf_inventory_create(capacity, out), "doca_buf_inventory_create")
+        handle = self._handle = out[0]
+        state = {"started": False}
+        self._arm(lambda: _destroy_inventory(handle, state))
+        try:
+            check(lib.doca_buf_inventory_start(handle), "doca_buf_inventory_start")
+            state["started"] = True
+        except BaseException:
+            try:
+                self.close()
+            except Exception as exc:  # noqa: BLE001 - keep the start error
+                log.error("cleanup after failed inventory start failed", error=str(exc))
+            raise
+
+    @property
+    def handle(self) -> Any:
+        """The ``struct doca_buf_inventory *`` cdata."""
+        self._check_open()
+        return self._handle
+
+    @property
+    def capacity(self) -> int:
+        """Number of buffer descriptors (grows with :meth:`expand`)."""
+        out = ffi.new("uint32_t *")
+        check(lib.doca_buf_inventory_get_num_elements(self.handle, out), "doca_buf_inventory_get_num_elements")
+        return int(out[0])
+
+    @property
+    def num_free(self) -> int:
+        """Number of descriptors not handed out."""
+        out = ffi.new("uint32_t *")
+        check(lib.doca_buf_inventory_get_num_free_elements(self.handle, out),
+              "doca_buf_inventory_get_num_free_elements")
+        return int(out[0])
+
+    def expand(self, n: int) -> None:
+        """Add ``n`` descriptors."""
+        check(lib.doca_buf_inventory_expand(self.handle, _uint("n", n)), "doca_buf_inventory_expand")
+
+    def buffer(self, mmap: MemoryMap, *, offset: int = 0, length: Optional[int] = None,
+               data_len: Optional[int] = None, empty: bool = False) -> "Buffer":
+        """A Buffer over ``mmap[offset:offset+length]``.
+
+        The data section starts at the buffer head and holds ``data_len`` bytes
+        (default: the whole buffer, as a send/write source). ``empty=True``
+        gives data_len 0: a destination for receives and reads.
+        """
+        if empty and data_len:
+            raise ValueError("empty=True and a non-zero data_len contradict each other")
+        _uint("offset", offset)
+        length = mmap.length - offset if length is None else _uint("length", length)
+        data_len = 0 if empty else (length if data_len is None else _uint("data_len", data_len))
+        addr = ffi.cast("void *", mmap.address + offset)
+        out = ffi.new("struct doca_buf **")
+        check(lib.doca_buf_inventory_buf_get_by_args(self.handle, mmap.handle, addr, length, addr, data_len, out),
+              "doca_buf_inventory_buf_get_by_args")
+        return Buffer._wrap(self, mmap, out[0])
+
+
+class Buffer(Resource):
+    """One ``doca_buf``: a range of a MemoryMap and its data section."""
+
+    _inventory: BufferInventory
+    _mmap: MemoryMap
+    _handle: Any
+
+    @classmethod
+    def _wrap(cls, inventory: BufferInventory, mmap: MemoryMap, handle: Any) -> "Buffer":
+        """Own a ``doca_buf*`` we hold one reference on (released by close)."""
+        buf = cls.__new__(cls)
+        Resource.__init__(buf, inventory)
+        buf._inventory, buf._mmap, buf._handle = inventory, mmap, handle
+        buf._arm(lambda: _release_buf(handle, mmap))
+        _link(mmap, buf)
+        return buf
+
+    def __init__(self) -> None:
+        raise TypeError("Buffers come from BufferInventory.buffer() or Buffer.dup()")
+
+    def close(self) -> None:
+        """Release our reference to the ``doca_buf``. Idempotent."""
+        super().close()
+        self._mmap._children.pop(self._seq, None)
+
+    @property
+    def handle(self) -> Any:
+        """The ``struct doca_buf *`` cdata."""
+        self._check_open()
+        return self._handle
+
+    @property
+    def mmap(self) -> MemoryMap:
+        return self._mmap
+
+    @property
+    def inventory(self) -> BufferInventory:
+        return self._inventory
+
+    def _ptr(self, getter: Any, what: str) -> int:
+        out = ffi.new("void **")
+        check(getter(self.handle, out), what)
+        return int(ffi.cast("uintptr_t", out[0]))
+
+    def _size(self, getter: Any, what: str) -> int:
+        out = ffi.new("size_t *")
+        check(getter(self.handle, out), what)
+        return int(out[0])
+
+    @property
+    def address(self) -> int:
+        """Head of the buffer."""
+        return self._ptr(lib.doca_buf_get_head, "doca_buf_get_head")
+
+    @property
+    def length(self) -> int:
+        """Length of the whole buffer."""
+        return self._size(lib.doca_buf_get_len, "doca_buf_get_len")
+
+    @property
+    def data_address(self) -> int:
+        """Start of the data section."""
+        return self._ptr(lib.doca_buf_get_data, "doca_buf_get_data")
+
+    @property
+    def data_len(self) -> int:
+        """Length of the data section."""
+        return self._size(lib.doca_buf_get_data_len, "doca_buf_get_data_len")
+
+    @data_len.setter
+    def data_len(self, value: int) -> None:
+        head, start = self.address, self.data_address
+        self._bounds(start - head, _uint("data_len", value))
+        check(lib.doca_buf_set_data_len(self.handle, value), "doca_buf_set_data_len")
+
+    def set_data(self, offset: int, length: int) -> None:
+        """Data section = ``length`` bytes starting ``offset`` bytes after the head."""
+        self._bounds(_uint("offset", offset), _uint("length", length))
+        data = ffi.cast("void *", self.address + offset)
+        check(lib.doca_buf_set_data(self.handle, data, length), "doca_buf_set_data")
+
+    def _bounds(self, offset: int, length: int) -> None:
+        """Real DOCA leaves an out-of-buffer data section undefined: refuse it here."""
+        if offset + length > self.length:
+            raise InvalidValueError(f"data section {offset}+{length} passes the end of the "
+                                    f"{self.length}-byte buffer")
+
+    def reset(self) -> None:
+        """Data length back to 0 (``doca_buf_reset_data_len``)."""
+        check(lib.doca_buf_reset_data_len(self.handle), "doca_buf_reset_data_len")
+
+    @property
+    def refcount(self) -> int:
+        """DOCA's reference count of this ``doca_buf``."""
+        out = ffi.new("uint16_t *")
+        check(lib.doca_buf_get_refcount(self.handle, out), "doca_buf_get_refcount")
+        return int(out[0])
+
+    def dup(self) -> "Buffer":
+        """A new Buffer (same inventory and map) describing the same range and data."""
+        out = ffi.new("struct doca_buf **")
+        check(lib.doca_buf_inventory_buf_dup(self._inventory.handle, self.handle, out),
+              "doca_buf_inventory_buf_dup")
+        return Buffer._wrap(self._inventory, self._mmap, out[0])
+
+    def memoryview(self) -> memoryview:
+        """Zero-copy view of the data section (local maps only)."""
+        return self._mmap._window(self.data_address, self.data_len)
+
+    def numpy(self, dtype: npt.DTypeLike = np.uint8) -> npt.NDArray[Any]:
+        """Zero-copy numpy array over the data section (local maps only)."""
+        return np.frombuffer(self.memoryview(), dtype=dtype)
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return "<Buffer closed>"
+        return f"<Buffer {self.address:#x}+{self.length} data={self.data_address:#x}+{self.data_len}>"
+
+
+__all__ = ["Buffer", "BufferInventory"]

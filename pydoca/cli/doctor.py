@@ -1,0 +1,119 @@
+"""``pydoca doctor``: which backend is in use and why, and what would break RDMA."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+from typing import Any, Dict, List, Optional
+
+MEMLOCK_MIN = 64 << 20  # below this, real RDMA registrations of any size fail
+SYS_IB = "/sys/class/infiniband"
+
+Report = Dict[str, Any]
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("doctor", help="diagnose the DOCA backend and RDMA readiness")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(run=run)
+
+
+def _check(report: Report, name: str, status: str, detail: str, hint: Optional[str] = None) -> None:
+    report["checks"].append({"check": name, "status": status, "detail": detail, "hint": hint})
+
+
+def _limit(value: int) -> Optional[int]:
+    return None if value == resource.RLIM_INFINITY else value
+
+
+def collect() -> Report:
+    """Gather the doctor report as a JSON-ready dict."""
+    env = os.environ.get("PYDOCA_BACKEND")
+    soft_lim, hard_lim = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    report: Report = {"backend": None, "runtime_version": None, "devices": [], "PYDOCA_BACKEND": env,
+                      "memlock": {"soft": _limit(soft_lim), "hard": _limit(hard_lim)},
+                      "sys_class_infiniband": sorted(os.listdir(SYS_IB)) if os.path.isdir(SYS_IB) else None,
+                      "checks": []}
+    _check(report, "PYDOCA_BACKEND", "ok" if (env or "auto").strip().lower() in ("auto", "doca", "soft")
+           else "error", f"PYDOCA_BACKEND={env!r}" if env is not None else "unset (auto)",
+           "set PYDOCA_BACKEND to auto, doca or soft")
+    try:
+        from .._native import backend, ffi, lib
+    except ImportError as exc:
+        _check(report, "backend", "error", str(exc),
+               "reinstall pydoca (pip install .) or fix the DOCA installation / PYDOCA_DOCA_LIB_DIR")
+        return report
+    report["backend"] = {"name": backend.name, "paths": list(backend.paths), "version": backend.version,
+                         "reason": backend.reason, "attempts": list(backend.attempts)}
+    raw = lib.doca_version_runtime()
+    report["runtime_version"] = ffi.string(raw).decode() if raw != ffi.NULL else None
+    soft = backend.name == "soft"
+    if soft:
+        _check(report, "backend", "warn", "softdoca in use: RDMA is emulated over TCP, no hardware offload",
+               "install NVIDIA DOCA (libdoca_common, libdoca_rdma) and set PYDOCA_BACKEND=doca to require it")
+    else:
+        _check(report, "backend", "ok", f"real DOCA {backend.version} from {', '.join(backend.paths)}")
+    _devices(report)
+    if report["sys_class_infiniband"] is None:
+        _check(report, "kernel RDMA", "info" if soft else "error", f"{SYS_IB} does not exist",
+               "real DOCA needs the mlx5 driver (modprobe mlx5_core mlx5_ib) and rdma-core")
+    else:
+        _check(report, "kernel RDMA", "ok", f"{SYS_IB}: {', '.join(report['sys_class_infiniband']) or 'empty'}")
+    low = soft_lim != resource.RLIM_INFINITY and soft_lim < MEMLOCK_MIN
+    _check(report, "ulimit -l", "warn" if low and not soft else "ok",
+           "memlock " + ("unlimited" if soft_lim == resource.RLIM_INFINITY else f"{soft_lim} bytes")
+           + (" (softdoca does not pin pages)" if soft and low else ""),
+           "raise it: ulimit -l unlimited, or a memlock line in /etc/security/limits.conf" if low else None)
+    return report
+
+
+def _devices(report: Report) -> None:
+    from ..device import devices
+
+    try:
+        found = devices()
+    except Exception as exc:  # noqa: BLE001 - reported, not fatal
+        _check(report, "devices", "error", f"device discovery failed: {exc}", "run pydoca doctor --debug")
+        return
+    report["devices"] = [d.as_dict() for d in found]
+    with_v4 = [d.ibdev_name for d in found if d.ipv4]
+    if not found:
+        _check(report, "devices", "error", "no DOCA device found", "check the driver / network interfaces")
+    elif not with_v4:
+        _check(report, "devices", "warn", "no device has an IPv4 address",
+               "RDMA CM connections need an IPv4 address on the interface (ip addr add ... dev IFACE)")
+    else:
+        _check(report, "devices", "ok", f"{len(found)} device(s); with IPv4: {', '.join(with_v4)}")
+
+
+def _print(report: Report) -> None:
+    b = report["backend"]
+    print(f"backend:         {b['name'] if b else 'NOT LOADED'}")
+    if b:
+        print(f"  reason:        {b['reason']}")
+        print(f"  libraries:     {', '.join(b['paths'])}")
+        for attempt in b["attempts"]:
+            print(f"  tried:         {attempt}")
+    print(f"DOCA runtime:    {report['runtime_version'] or '-'}")
+    print(f"PYDOCA_BACKEND:  {report['PYDOCA_BACKEND'] or 'unset (auto)'}")
+    print(f"devices:         {len(report['devices'])}")
+    for d in report["devices"]:
+        print(f"  {d['ibdev_name']:<16} {d['iface_name'] or '-':<12} {d['ipv4'] or '-':<16} {d['mac'] or '-'}")
+    print("checks:")
+    for c in report["checks"]:
+        print(f"  [{c['status']}] {c['check']}: {c['detail']}")
+        if c["hint"] and c["status"] != "ok":
+            print(f"         hint: {c['hint']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    report = collect()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print(report)
+    return 1 if report["backend"] is None else 0
+
+
+__all__: List[str] = ["collect", "register", "run"]

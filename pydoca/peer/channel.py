@@ -1,0 +1,150 @@
+"""Control-message transport on one Rdma context: receive and send slot pools.
+
+Receives are posted on the context (any connection may consume them); each
+completion copies the message out, re-posts the slot at once and hands the
+bytes (or the immediate of a write-with-immediate) to the owner. Sends take
+a slot from a free list; when none is free they wait in an outbox.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Deque, List, Optional, Tuple
+
+import numpy as np
+
+from pydoca._log import get_logger
+
+from ..buffer import Buffer, BufferInventory
+from ..ctx import Task
+from ..device import Device
+from ..memory import Access, MemoryMap
+from ..rdma import Connection, Opcode, Rdma, Received
+from .protocol import SLOT_SIZE
+
+log = get_logger()
+
+OnMessage = Callable[[Connection, bytes], None]
+OnImm = Callable[[Connection, int, int], None]
+SendDone = Callable[[bool], None]
+
+
+class Channel:
+    """Slot pools for control messages on ``rdma`` (registered on ``dev``)."""
+
+    def __init__(self, dev: Device, rdma: Rdma, inventory: BufferInventory, *, recv_slots: int, send_slots: int,
+                 on_message: OnMessage, on_imm: OnImm) -> None:
+        self.rdma = rdma
+        self.on_message = on_message
+        self.on_imm = on_imm
+        self.closing = False
+        self._recv_mem = np.zeros(recv_slots * SLOT_SIZE, dtype=np.uint8)
+        self._send_mem = np.zeros(send_slots * SLOT_SIZE, dtype=np.uint8)
+        self._maps = [MemoryMap(dev, self._recv_mem, access=Access.LOCAL_READ_WRITE),
+                      MemoryMap(dev, self._send_mem, access=Access.LOCAL_READ_WRITE)]
+        self._recv_bufs = [inventory.buffer(self._maps[0], offset=i * SLOT_SIZE, length=SLOT_SIZE, empty=True)
+                           for i in range(recv_slots)]
+        self._send_bufs = [inventory.buffer(self._maps[1], offset=i * SLOT_SIZE, length=SLOT_SIZE, empty=True)
+                           for i in range(send_slots)]
+        self._free: List[int] = list(range(send_slots))
+        self._outbox: Deque[Tuple[Connection, bytes, Optional[SendDone]]] = collections.deque()
+        self._failures = 0
+
+    # -- receives ---------------------------------------------------------------
+    def post_all(self) -> None:
+        for i in range(len(self._recv_bufs)):
+            self._post(i)
+
+    def _post(self, i: int) -> None:
+        buf = self._recv_bufs[i]
+        buf.reset()
+        task = self.rdma.receive(buf)
+        task.add_done_callback(lambda t, i=i: self._on_receive(i, t))
+
+    def _on_receive(self, i: int, task: Task[Received]) -> None:
+        if self.closing or self.rdma.closed:
+            return
+        got = task.value if task.error is None else None
+        data = b""
+        if got is not None and got.opcode is not Opcode.WRITE_WITH_IMM:
+            start = i * SLOT_SIZE
+            data = self._recv_mem[start:start + min(got.length, SLOT_SIZE)].tobytes()
+        if got is None:
+            self._failures += 1
+            log.debug("receive failed", error=str(task.error))
+        else:
+            self._failures = 0
+        if self._failures < 64:
+            try:
+                self._post(i)
+            except Exception as exc:  # noqa: BLE001 - the context is going away
+                log.debug("re-posting a receive failed", error=str(exc))
+        if got is None:
+            return
+        if got.connection is None:
+            log.warning("message from an unknown connection dropped", opcode=got.opcode.name)
+            return
+        try:
+            if got.opcode is Opcode.WRITE_WITH_IMM:
+                self.on_imm(got.connection, got.immediate or 0, got.length)
+            else:
+                self.on_message(got.connection, data)
+        except Exception as exc:  # noqa: BLE001 - never unwind into the progress engine
+            log.error("control message handler raised", error=repr(exc))
+
+    # -- sends ------------------------------------------------------------------
+    def send(self, conn: Connection, frame: bytes, on_done: Optional[SendDone] = None) -> None:
+        """Send one frame (queued while no send slot is free)."""
+        if len(frame) > SLOT_SIZE:
+            raise ValueError(f"frame of {len(frame)} bytes exceeds {SLOT_SIZE}")
+        if not self._free:
+            self._outbox.append((conn, frame, on_done))
+            return
+        self._submit(self._free.pop(), conn, frame, on_done)
+
+    def _submit(self, i: int, conn: Connection, frame: bytes, on_done: Optional[SendDone]) -> None:
+        start = i * SLOT_SIZE
+        self._send_mem[start:start + len(frame)] = np.frombuffer(frame, dtype=np.uint8)
+        buf = self._send_bufs[i]
+        buf.data_len = len(frame)
+        try:
+            task = self.rdma.send(conn, buf)
+        except Exception as exc:  # noqa: BLE001 - connection gone: report as a failed send
+            log.debug("send failed to submit", error=str(exc))
+            self._release(i)
+            if on_done is not None:
+                on_done(False)
+            return
+        task.add_done_callback(lambda t: self._on_sent(i, t, on_done))
+
+    def _on_sent(self, i: int, task: Task[Any], on_done: Optional[SendDone]) -> None:
+        if task.error is not None:
+            log.debug("send failed", error=str(task.error))
+        self._release(i)
+        if on_done is not None:
+            try:
+                on_done(task.error is None)
+            except Exception as exc:  # noqa: BLE001
+                log.error("send completion callback raised", error=repr(exc))
+
+    def _release(self, i: int) -> None:
+        self._free.append(i)
+        while self._outbox and self._free and not self.closing:
+            conn, frame, cb = self._outbox.popleft()
+            self._submit(self._free.pop(), conn, frame, cb)
+
+    def drop_outbox(self, conn: Connection) -> None:
+        """Forget queued frames for a connection that is gone."""
+        keep = [item for item in self._outbox if item[0] is not conn]
+        self._outbox.clear()
+        self._outbox.extend(keep)
+
+    def close(self) -> None:
+        self.closing = True
+        self._outbox.clear()
+        for buf in self._recv_bufs + self._send_bufs:
+            buf.close()
+        for m in self._maps:
+            m.close()
+
+
+__all__ = ["Buffer", "Channel"]

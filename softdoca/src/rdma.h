@@ -1,0 +1,429 @@
+/*
+ * softdoca RDMA: private structures shared by rdma_ctx.c, rdma_conn.c,
+ * rdma_engine.c, rdma_wire.c and rdma_tasks.c.
+ *
+ * Locking: one process-wide engine lock (sd_eng_lock) protects every runtime
+ * field of every started doca_rdma (connections, links, queues, listeners).
+ * The engine thread holds it while it moves data (all sockets are
+ * non-blocking, so hold times are bounded by the socket buffers); application
+ * threads take it to queue work. sd_task_complete and sd_pe_wake are called
+ * with the engine lock held. Per-ctx leaf locks: pool_lock (task pools) and
+ * ev_lock (connection events waiting for doca_pe_progress); nothing is called
+ * while holding a leaf lock.
+ */
+#ifndef SOFTDOCA_RDMA_H
+#define SOFTDOCA_RDMA_H
+
+#include "internal.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <arpa/inet.h>
+
+/* ---------------------------------------------------------------- limits */
+#define SD_RDMA_MAX_MSG (1u << 30)          /* max message size (1 GiB) */
+#define SD_RDMA_MAX_QUEUE 32768u            /* max send / recv queue size */
+#define SD_RDMA_MAX_BUF_LIST 16u            /* max gather / scatter list length */
+#define SD_RDMA_MAX_PRIV 255u               /* RDMA CM private data */
+#define SD_RDMA_TOKEN_LEN 16
+
+/* ---------------------------------------------------------------- wire */
+/*
+ * Every frame: a fixed SD_HDR_LEN-byte little-endian header, then payload_len
+ * payload bytes. Offsets:
+ *   0 magic u32 "SDRW"   4 version u8   5 opcode u8   6 flags u16 (0)
+ *   8 req_id u64        16 payload_len u32   20 imm (4 raw bytes, big-endian
+ *   as given by the app)  24 status u32 (doca_error_t, responses)
+ *  28 budget_ms u32 (RNR budget of two-sided ops)   32 target instance u64
+ *  40 map id u64   48 remote addr u64   56 length u64 (read)   64 key[16]
+ *  80 arg0 u64 (compare / add)   88 arg1 u64 (swap)
+ */
+#define SD_WIRE_MAGIC 0x57524453u /* "SDRW" */
+#define SD_WIRE_VERSION 1
+#define SD_HDR_LEN 96
+
+enum sd_wire_op {
+	SD_OP_HELLO = 1,      /* OOB: dialer -> acceptor, payload struct hello */
+	SD_OP_HELLO_ACK = 2,  /* OOB: acceptor -> dialer */
+	SD_OP_CM_REQ = 3,     /* CM: client -> server, payload instance+token */
+	SD_OP_CM_ACCEPT = 4,  /* CM: server -> client, payload private data */
+	SD_OP_CM_REJECT = 5,  /* CM: server -> client */
+	SD_OP_CM_RTU = 6,     /* CM: client -> server, ready to use */
+	SD_OP_WRITE = 16,
+	SD_OP_WRITE_IMM = 17,
+	SD_OP_SEND = 18,
+	SD_OP_SEND_IMM = 19,
+	SD_OP_READ = 20,
+	SD_OP_CMP_SWP = 21,
+	SD_OP_FETCH_ADD = 22,
+	SD_OP_RESP = 32,        /* status of write / write_imm / send / send_imm */
+	SD_OP_READ_RESP = 33,   /* status, payload = data on success */
+	SD_OP_ATOMIC_RESP = 34, /* status, payload = 8-byte original value */
+	SD_OP_PING = 48,
+	SD_OP_PONG = 49,
+	SD_OP_RNR_WAIT = 50,    /* responder is holding a message for a receive */
+	SD_OP_DISCONNECT = 51,
+};
+
+#define SD_HELLO_LEN (8 + 2 * SD_RDMA_TOKEN_LEN)  /* dialer instance, dialer token, target token */
+#define SD_CMREQ_LEN (8 + SD_RDMA_TOKEN_LEN)
+
+struct sd_hdr {
+	uint8_t opcode;
+	uint16_t flags;
+	uint64_t req_id;
+	uint32_t payload_len;
+	uint8_t imm[4];
+	uint32_t status;
+	uint32_t budget_ms;
+	uint64_t instance;
+	uint64_t map_id;
+	uint64_t raddr;
+	uint64_t rlen;
+	uint8_t key[SD_KEY_LEN];
+	uint64_t arg0, arg1;
+};
+
+void sd_hdr_encode(const struct sd_hdr *h, uint8_t out[SD_HDR_LEN]);
+/* Strict: 0 on success, -1 on a malformed header. */
+int sd_hdr_decode(const uint8_t in[SD_HDR_LEN], struct sd_hdr *h);
+
+/* Connection details blob (doca_rdma_export), little-endian:
+ *   0 magic u32 "SDRC"  4 version u16  6 length u16 (64)  8 instance u64
+ *  16 token[16]  32 addr[16] (IPv4-mapped or IPv6)  48 port u16  50 family u8
+ *  (4 or 6)  51 reserved u8 (0)  52 scope id u32  56 reserved u32 (0)
+ *  60 crc32 over bytes 0..59 */
+#define SD_BLOB_MAGIC 0x43524453u /* "SDRC" */
+#define SD_BLOB_VERSION 1
+#define SD_BLOB_LEN 64
+
+/* ---------------------------------------------------------------- objects */
+struct doca_rdma_addr {
+	enum doca_rdma_addr_type type;
+	char str[64];
+	uint16_t port;
+	struct sockaddr_storage ss;
+	socklen_t sslen;
+};
+
+enum sd_task_type {
+	SD_T_RECV = 0,
+	SD_T_SEND,
+	SD_T_SEND_IMM,
+	SD_T_READ,
+	SD_T_WRITE,
+	SD_T_WRITE_IMM,
+	SD_T_CMP_SWP,
+	SD_T_FETCH_ADD,
+	SD_T_NUM
+};
+
+struct sd_rtask;
+
+/* One frame queued for transmission on a link. */
+struct sd_txitem {
+	struct sd_txitem *next;
+	uint8_t hdr[SD_HDR_LEN];
+	struct iovec *iov;      /* payload pieces */
+	int iovcnt;
+	size_t total;           /* header + payload */
+	size_t sent;
+	struct sd_rtask *task;  /* request of a task (not freed), NULL: control frame (freed) */
+	struct doca_mmap *ref;  /* engine reference released once sent or dropped */
+	struct iovec iov1;      /* single-piece payload of control frames */
+};
+
+struct sd_pool;
+
+struct sd_rtask {
+	struct doca_task base;
+	enum sd_task_type type;
+	struct sd_pool *pool;
+	int allocated;
+	struct doca_rdma *rdma;
+	struct doca_rdma_connection *conn;
+	struct doca_buf *src;
+	struct doca_buf *dst;
+	struct doca_buf *result;
+	doca_be32_t imm;
+	uint64_t arg0, arg1;
+	/* results */
+	enum doca_rdma_opcode res_opcode;
+	uint32_t res_len;
+	doca_be32_t res_imm;
+	struct doca_rdma_connection *res_conn;
+	/* engine */
+	struct sd_rtask *qnext;  /* connection wait queue / posted receive queue */
+	struct sd_txitem tx;
+	struct iovec *iov;       /* iov_cap entries from the pool */
+	uint32_t iov_cap;
+	int iovn;                /* entries of iov in use (gather or scatter list) */
+	uint64_t xfer_len;       /* expected read length / payload length */
+	uint8_t atomic_val[8];
+};
+
+struct doca_rdma_task_receive { struct sd_rtask t; };
+struct doca_rdma_task_send { struct sd_rtask t; };
+struct doca_rdma_task_send_imm { struct sd_rtask t; };
+struct doca_rdma_task_read { struct sd_rtask t; };
+struct doca_rdma_task_write { struct sd_rtask t; };
+struct doca_rdma_task_write_imm { struct sd_rtask t; };
+struct doca_rdma_task_atomic_cmp_swp { struct sd_rtask t; };
+struct doca_rdma_task_atomic_fetch_add { struct sd_rtask t; };
+
+struct sd_pool {
+	struct sd_pool *next;    /* retired pools */
+	uint32_t count, nfree;
+	struct sd_rtask *tasks;
+	struct sd_rtask **free;  /* stack of free tasks */
+	struct iovec *iovs;
+};
+
+/* epoll registrations */
+enum { SD_EP_EVENTFD = 1, SD_EP_LISTENER, SD_EP_LINK };
+struct sd_ep {
+	int kind;
+	int fd;
+};
+
+struct sd_listener {
+	struct sd_ep ep;
+	struct doca_rdma *rdma;
+	uint16_t port;
+	int oob;                 /* export/connect listener (else RDMA CM) */
+	struct sd_listener *next;
+};
+
+enum sd_rx_state { SD_RX_HDR = 0, SD_RX_PAYLOAD };
+
+/* What to do with an incoming payload once it has been received. */
+enum sd_rx_action {
+	SD_RXA_NONE = 0,
+	SD_RXA_WRITE,     /* into target memory (or drained on error) */
+	SD_RXA_SEND,      /* into a posted receive (or drained on error) */
+	SD_RXA_PARK,      /* into a heap buffer: no receive posted */
+	SD_RXA_READ_RESP, /* into the local destination of a read */
+	SD_RXA_ATOMIC_RESP,
+	SD_RXA_CTRL,      /* small control payload into ctrl_buf */
+};
+
+/* A TCP connection between two engines. */
+struct sd_link {
+	struct sd_ep ep;
+	struct doca_rdma *rdma;
+	struct doca_rdma_connection *conn; /* NULL while an incoming link is unidentified */
+	struct sd_link *next;              /* rdma->links */
+	int from_listener;                 /* accepted: 1 = OOB listener, 2 = CM listener */
+	int connecting;                    /* TCP connect in progress */
+	int dead;                          /* closed, waiting to be freed by the engine */
+	int draining;                      /* detached: flush, discard input, close on EOF */
+	uint64_t deadline_ns;              /* unidentified links: handshake bound */
+	uint32_t ep_events;
+	/* rx */
+	enum sd_rx_state rx_state;
+	uint8_t rx_hdr_buf[SD_HDR_LEN];
+	size_t rx_hdr_got;
+	struct sd_hdr rx;
+	enum sd_rx_action rx_action;
+	doca_error_t rx_status;
+	struct iovec *rx_iov;
+	int rx_iovcnt;
+	struct iovec rx_iov1;
+	size_t rx_left;                    /* payload bytes still to receive */
+	int rx_discard;                    /* drain payload into scratch */
+	struct doca_mmap *rx_ref;
+	struct sd_rtask *rx_task;
+	uint8_t ctrl_buf[SD_RDMA_MAX_PRIV + 1];
+	int rx_paused;
+	/* parked message (RNR) */
+	int parked;
+	struct sd_hdr park;
+	uint8_t *park_buf;
+	size_t park_len;
+	uint64_t park_deadline_ns, park_nak_ns;
+	/* stashed OOB hello (acceptor side, connect not called yet) */
+	int have_hello;
+	uint64_t hello_instance;
+	uint8_t hello_token[SD_RDMA_TOKEN_LEN], hello_target[SD_RDMA_TOKEN_LEN];
+	/* tx */
+	struct sd_txitem *txq_head, *txq_tail;
+	struct sd_txitem *out_head, *out_tail;   /* requests awaiting a response */
+	size_t out_count;
+	uint64_t last_rx_ns, last_ping_ns;
+	int close_after_flush;
+	uint64_t next_req_id;
+};
+
+enum sd_conn_state {
+	SDC_EXPORTED = 0,  /* doca_rdma_export done, doca_rdma_connect not yet */
+	SDC_CONNECTING,    /* handshake running */
+	SDC_REQUESTED,     /* CM server: waiting for accept/reject */
+	SDC_ACCEPTING,     /* CM server: accepted, waiting for the client's RTU */
+	SDC_ESTABLISHED,
+	SDC_CLOSED,
+};
+
+enum sd_fail_reason { SD_FAIL_NONE = 0, SD_FAIL_REJECTED, SD_FAIL_TIMEOUT, SD_FAIL_REFUSED, SD_FAIL_LOST };
+
+struct doca_rdma_connection {
+	struct doca_rdma *rdma;
+	struct doca_rdma_connection *next;
+	uint32_t id;
+	union doca_data user_data;
+	enum sd_conn_state state;
+	int is_cm, cm_client, dialer;
+	int ever_established;
+	uint8_t token[SD_RDMA_TOKEN_LEN];
+	uint8_t peer_token[SD_RDMA_TOKEN_LEN];
+	uint64_t peer_instance;
+	uint8_t blob[SD_BLOB_LEN];
+	struct doca_rdma_addr peer;
+	uint8_t priv[SD_RDMA_MAX_PRIV];
+	uint8_t priv_len;
+	struct sd_link *link;
+	struct sd_rtask *wq_head, *wq_tail;  /* tasks waiting for the link */
+	uint64_t deadline_ns;                /* handshake bound */
+	doca_error_t close_status;           /* status for tasks submitted after close */
+	enum sd_fail_reason fail_reason;
+};
+
+enum sd_event_type { SD_EV_REQUEST = 1, SD_EV_ESTABLISHED, SD_EV_FAILURE, SD_EV_DISCONNECT };
+struct sd_event {
+	struct sd_event *next;
+	enum sd_event_type type;
+	struct doca_rdma_connection *conn;
+};
+
+struct sd_task_conf {
+	void *ok_cb, *err_cb;   /* typed callbacks stored untyped */
+	uint32_t num;
+	int set;
+};
+
+#define SD_RDMA_MAGIC 0x52444d41u
+
+struct doca_rdma {
+	uint32_t magic;          /* keeps the ctx at a different address than rdma */
+	struct doca_ctx ctx;
+	struct doca_dev *dev;
+	/* config (IDLE only) */
+	uint32_t permissions;
+	uint32_t gid_index;
+	uint32_t sl;
+	uint32_t sq_size, rq_size;
+	uint32_t max_send_buf_list_len;
+	uint32_t recv_buf_list_len;
+	uint8_t grh;
+	uint8_t rnr;
+	enum doca_rdma_transport_type transport;
+	enum doca_mtu_size mtu;
+	uint16_t max_conns;
+	uint16_t timeout_ms;
+	doca_rdma_connection_request_cb_t request_cb;
+	doca_rdma_connection_established_cb_t established_cb;
+	doca_rdma_connection_failure_cb_t failure_cb;
+	doca_rdma_connection_disconnection_cb_t disconnect_cb;
+	struct sd_task_conf tconf[SD_T_NUM];
+	/* task pools */
+	pthread_mutex_t pool_lock;
+	struct sd_pool *pool[SD_T_NUM];
+	struct sd_pool *retired;
+	/* runtime, engine lock */
+	int running;
+	struct doca_rdma *eng_next;
+	struct doca_rdma_connection *conns;
+	uint32_t next_conn_id;
+	uint32_t nconns_active;
+	struct sd_rtask *rq_head, *rq_tail;   /* posted receives */
+	struct sd_listener *listeners;
+	struct sd_listener *oob;
+	struct sd_link *links;
+	int nparked;
+	/* events for doca_pe_progress */
+	pthread_mutex_t ev_lock;
+	struct sd_event *ev_head, *ev_tail;
+};
+
+/* ---------------------------------------------------------------- engine (rdma_engine.c) */
+void sd_eng_lock(void);
+void sd_eng_unlock(void);
+/* A doca_rdma was created / destroyed: the engine thread lives while any exists. */
+void sd_eng_rdma_created(void);
+void sd_eng_rdma_destroyed(void);
+/* ctx start: make the engine run and track rdma. Engine lock NOT held. */
+doca_error_t sd_eng_attach(struct doca_rdma *rdma);
+/* ctx stop: tear down every link / listener of rdma, fail its tasks with
+ * status. Engine lock held. */
+void sd_eng_detach_locked(struct doca_rdma *rdma, doca_error_t status);
+void sd_eng_kick(void);
+uint64_t sd_eng_timeout_ns(void);
+int sd_eng_ep_add(struct sd_ep *ep, uint32_t events);
+void sd_eng_ep_mod(struct sd_ep *ep, uint32_t events);
+void sd_eng_ep_del(struct sd_ep *ep);
+
+/* links (engine lock held) */
+struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting);
+/* Tear the link down: every task queued or outstanding on it completes with
+ * status; the link is freed by the engine later. */
+void sd_link_close(struct sd_link *link, doca_error_t status);
+void sd_link_queue(struct sd_link *link, struct sd_txitem *it);
+/* Queue a control frame with an optional small payload (copied). */
+int sd_link_send_ctrl(struct sd_link *link, const struct sd_hdr *h, const void *payload, size_t len);
+void sd_link_flush(struct sd_link *link);
+/* Frame processing of an established link (rdma_wire.c). Returns -1 when the
+ * link must be closed (status in *st). */
+int sd_wire_on_header(struct sd_link *link, doca_error_t *st);
+int sd_wire_on_payload_done(struct sd_link *link, doca_error_t *st);
+void sd_wire_deliver_parked(struct doca_rdma *rdma);
+void sd_wire_park_expired(struct sd_link *link);
+void sd_wire_abort_rx(struct sd_link *link);
+void sd_link_set_rx_paused(struct sd_link *link, int paused);
+void sd_wire_drop_item(struct sd_txitem *it);
+/* Break the connection of link as an RNR-retry-exceeded / reject does: the
+ * connection fails now (status, callbacks), while the link still flushes the
+ * frames already queued (e.g. the final response) before it closes. */
+void sd_link_drain(struct sd_link *link, doca_error_t status);
+
+/* ---------------------------------------------------------------- connections (rdma_conn.c) */
+/* Handshake frames (engine lock held). Returns -1 to close the link. */
+int sd_conn_on_handshake(struct sd_link *link, const struct sd_hdr *h, const uint8_t *payload);
+/* The outgoing TCP connect of link completed (err 0) or failed. */
+void sd_conn_on_connected(struct sd_link *link, int err);
+/* The link was lost/closed with status; update the connection, queue events. */
+void sd_conn_on_link_closed(struct doca_rdma_connection *conn, doca_error_t status, int notify);
+/* Handshake deadline checks; returns the next deadline (0: none). */
+uint64_t sd_conn_check_deadlines(struct doca_rdma *rdma, uint64_t now);
+void sd_conn_established(struct doca_rdma_connection *conn);
+void sd_conn_fail_waiting(struct doca_rdma_connection *conn, doca_error_t status);
+void sd_conn_free_all(struct doca_rdma *rdma);
+void sd_listener_close(struct sd_listener *l);
+void sd_listener_on_accept(struct sd_listener *l);
+/* Private data received with the CM accept (requester side); NULL if none. */
+const uint8_t *sd_rdma_conn_private_data(const struct doca_rdma_connection *conn, uint8_t *len);
+/* Why a connection failed (for logs and tests). */
+enum sd_fail_reason sd_rdma_conn_fail_reason(const struct doca_rdma_connection *conn);
+
+/* ---------------------------------------------------------------- ctx (rdma_ctx.c) */
+void sd_rdma_queue_event(struct doca_rdma *rdma, enum sd_event_type type, struct doca_rdma_connection *conn);
+int sd_rdma_live(const struct doca_rdma *rdma);
+uint32_t sd_rdma_gid_table(const struct doca_devinfo *info, struct doca_rdma_gid *out, uint32_t max);
+
+/* ---------------------------------------------------------------- tasks (rdma_tasks.c) */
+doca_error_t sd_rdma_pools_create(struct doca_rdma *rdma);
+void sd_rdma_pools_destroy(struct doca_rdma *rdma);
+/* Submit a task's frame on an established link (engine lock held). */
+void sd_rtask_start(struct sd_rtask *t, struct sd_link *link);
+/* Complete with engine lock held. */
+void sd_rtask_complete(struct sd_rtask *t, doca_error_t status);
+uint32_t sd_rnr_budget_ms(const struct doca_rdma *rdma);
+
+/* buffer helpers */
+/* Gather [data, data+data_len) of each buffer of a list into iov; returns
+ * count or -1 (too many / bad). *total gets the byte count. */
+int sd_buf_gather(const struct doca_buf *b, struct iovec *iov, uint32_t max, uint64_t *total);
+/* Free tail space [data+data_len, head+len) of each buffer of a list. */
+int sd_buf_tail(const struct doca_buf *b, struct iovec *iov, uint32_t max, uint64_t *total);
+/* After n bytes landed in the tails: grow data_len of the list in order. */
+void sd_buf_tail_commit(struct doca_buf *b, uint64_t n);
+
+#endif

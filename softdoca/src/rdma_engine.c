@@ -1,0 +1,793 @@
+/*
+ * softdoca RDMA engine: the "NIC". One thread per process runs an epoll loop
+ * over non-blocking TCP sockets (links between engines), the listeners of the
+ * started rdma contexts and an eventfd that application threads use to wake
+ * it. It serves incoming one-sided operations straight into / out of
+ * registered memory, so they complete without the target progressing.
+ *
+ * Lifetime: started lazily by the first doca_ctx_start of an rdma context,
+ * stopped and joined when the last doca_rdma is destroyed. It never blocks
+ * process exit (nothing joins it at exit). After fork() the child forgets the
+ * parent's engine (pthread_atfork) and starts its own when needed; it never
+ * shuts down sockets it inherited, it only closes its copies.
+ *
+ * Liveness: TCP keepalive + TCP_USER_TIMEOUT derived from SOFTDOCA_TIMEOUT_MS
+ * (T, default 5000), and an engine check: a link with work outstanding pings
+ * its peer after T/4 of silence and is declared dead after T of silence.
+ */
+#include "rdma.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+struct sd_engthr {
+	pthread_t thr;
+	int epfd;
+	struct sd_ep efd;
+	int stop;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_mutex_t life;        /* serialises engine start / join */
+	struct sd_engthr *cur;
+	int nrdma;
+	struct doca_rdma *rdmas;     /* started contexts */
+	struct sd_link *graveyard;   /* closed links, freed at the end of a loop turn */
+	uint64_t timeout_ns;
+} eng = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.life = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static pthread_once_t eng_once = PTHREAD_ONCE_INIT;
+static uint8_t scratch[65536];
+
+static void eng_atfork_child(void)
+{
+	/* The parent's engine thread does not exist here: forget it. Its fds
+	 * stay open in the child (closing epoll/eventfd copies is harmless but
+	 * not needed); contexts inherited from the parent are unusable. */
+	pthread_mutex_init(&eng.lock, NULL);
+	pthread_mutex_init(&eng.life, NULL);
+	eng.cur = NULL;
+	eng.nrdma = 0;
+	eng.rdmas = NULL;
+	eng.graveyard = NULL;
+}
+
+static void eng_init_once(void)
+{
+	uint64_t ms = sd_env_ms("SOFTDOCA_TIMEOUT_MS", 5000);
+
+	if (ms < 100)
+		ms = 100;
+	eng.timeout_ns = ms * 1000000ull;
+	pthread_atfork(NULL, NULL, eng_atfork_child);
+}
+
+uint64_t sd_eng_timeout_ns(void)
+{
+	pthread_once(&eng_once, eng_init_once);
+	return eng.timeout_ns;
+}
+
+void sd_eng_lock(void)
+{
+	pthread_mutex_lock(&eng.lock);
+}
+
+void sd_eng_unlock(void)
+{
+	pthread_mutex_unlock(&eng.lock);
+}
+
+void sd_eng_kick(void)
+{
+	uint64_t one = 1;
+
+	if (eng.cur && eng.cur->efd.fd >= 0) {
+		ssize_t r = write(eng.cur->efd.fd, &one, sizeof(one));
+		(void)r;
+	}
+}
+
+int sd_eng_ep_add(struct sd_ep *ep, uint32_t events)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = ep};
+
+	if (!eng.cur)
+		return -1;
+	return epoll_ctl(eng.cur->epfd, EPOLL_CTL_ADD, ep->fd, &ev);
+}
+
+void sd_eng_ep_mod(struct sd_ep *ep, uint32_t events)
+{
+	struct epoll_event ev = {.events = events, .data.ptr = ep};
+
+	if (eng.cur && ep->fd >= 0)
+		epoll_ctl(eng.cur->epfd, EPOLL_CTL_MOD, ep->fd, &ev);
+}
+
+void sd_eng_ep_del(struct sd_ep *ep)
+{
+	if (eng.cur && ep->fd >= 0)
+		epoll_ctl(eng.cur->epfd, EPOLL_CTL_DEL, ep->fd, NULL);
+}
+
+/* ---------------------------------------------------------------- links */
+static void link_update_events(struct sd_link *l)
+{
+	uint32_t ev = 0;
+
+	if (l->dead)
+		return;
+	if (!l->rx_paused)
+		ev |= EPOLLIN;
+	if (l->connecting || l->txq_head)
+		ev |= EPOLLOUT;
+	if (ev != l->ep_events) {
+		l->ep_events = ev;
+		sd_eng_ep_mod(&l->ep, ev);
+	}
+}
+
+void sd_link_set_rx_paused(struct sd_link *l, int paused)
+{
+	l->rx_paused = paused;
+	link_update_events(l);
+}
+
+struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting)
+{
+	struct sd_link *l = calloc(1, sizeof(*l));
+	uint64_t now = sd_now_ns();
+
+	if (!l)
+		return NULL;
+	l->ep.kind = SD_EP_LINK;
+	l->ep.fd = fd;
+	l->rdma = rdma;
+	l->connecting = connecting;
+	l->last_rx_ns = now;
+	l->last_ping_ns = now;
+	l->next_req_id = 1;
+	l->ep_events = EPOLLIN | (connecting ? EPOLLOUT : 0);
+	if (sd_eng_ep_add(&l->ep, l->ep_events) != 0) {
+		free(l);
+		return NULL;
+	}
+	l->next = rdma->links;
+	rdma->links = l;
+	return l;
+}
+
+void sd_wire_drop_item(struct sd_txitem *it)
+{
+	if (it->ref)
+		sd_mmap_release(it->ref);
+	it->ref = NULL;
+	if (!it->task)
+		free(it);
+}
+
+void sd_link_close(struct sd_link *l, doca_error_t status)
+{
+	struct sd_txitem *it, *nx;
+	struct doca_rdma_connection *conn = l->conn;
+	struct sd_link **pp;
+
+	if (l->dead)
+		return;
+	l->dead = 1;
+	sd_eng_ep_del(&l->ep);
+	close(l->ep.fd);
+	l->ep.fd = -1;
+	sd_wire_abort_rx(l);
+	if (l->parked) {
+		l->parked = 0;
+		l->rdma->nparked--;
+		free(l->park_buf);
+		l->park_buf = NULL;
+	}
+	for (it = l->txq_head; it; it = nx) {
+		nx = it->next;
+		if (it->task)
+			sd_rtask_complete(it->task, status);
+		sd_wire_drop_item(it);
+	}
+	l->txq_head = l->txq_tail = NULL;
+	for (it = l->out_head; it; it = nx) {
+		nx = it->next;
+		sd_rtask_complete(it->task, status);
+	}
+	l->out_head = l->out_tail = NULL;
+	l->out_count = 0;
+	for (pp = &l->rdma->links; *pp; pp = &(*pp)->next) {
+		if (*pp == l) {
+			*pp = l->next;
+			break;
+		}
+	}
+	l->next = eng.graveyard;
+	eng.graveyard = l;
+	l->conn = NULL;
+	if (conn) {
+		conn->link = NULL;
+		sd_conn_on_link_closed(conn, status, status != DOCA_ERROR_CONNECTION_ABORTED);
+	}
+	sd_eng_kick();
+}
+
+void sd_link_queue(struct sd_link *l, struct sd_txitem *it)
+{
+	if (!l->txq_head && !l->out_head)
+		l->last_rx_ns = sd_now_ns(); /* idle -> busy: silence is counted from now */
+	it->next = NULL;
+	it->sent = 0;
+	if (l->txq_tail)
+		l->txq_tail->next = it;
+	else
+		l->txq_head = it;
+	l->txq_tail = it;
+}
+
+int sd_link_send_ctrl(struct sd_link *l, const struct sd_hdr *h, const void *payload, size_t len)
+{
+	struct sd_txitem *it = calloc(1, sizeof(*it) + len);
+	struct sd_hdr hh = *h;
+
+	if (!it)
+		return -1;
+	hh.payload_len = (uint32_t)len;
+	sd_hdr_encode(&hh, it->hdr);
+	if (len) {
+		memcpy(it + 1, payload, len);
+		it->iov1.iov_base = it + 1;
+		it->iov1.iov_len = len;
+		it->iov = &it->iov1;
+		it->iovcnt = 1;
+	}
+	it->total = SD_HDR_LEN + len;
+	sd_link_queue(l, it);
+	return 0;
+}
+
+static void item_sent(struct sd_link *l, struct sd_txitem *it)
+{
+	if (it->task) {
+		it->next = NULL;
+		if (l->out_tail)
+			l->out_tail->next = it;
+		else
+			l->out_head = it;
+		l->out_tail = it;
+		l->out_count++;
+	} else {
+		sd_wire_drop_item(it);
+	}
+}
+
+/* Send as much of the tx queue as the socket takes. Returns -1 on a fatal
+ * socket error (the caller closes the link, or lets the engine see it). */
+static int link_flush(struct sd_link *l)
+{
+	struct iovec v[64];
+
+	while (!l->dead && !l->connecting && l->txq_head) {
+		struct sd_txitem *it;
+		int n = 0;
+		struct msghdr msg;
+		ssize_t r;
+
+		for (it = l->txq_head; it && n < 64; it = it->next) {
+			size_t off = it->sent;
+
+			if (off < SD_HDR_LEN) {
+				v[n].iov_base = it->hdr + off;
+				v[n].iov_len = SD_HDR_LEN - off;
+				n++;
+				off = 0;
+			} else {
+				off -= SD_HDR_LEN;
+			}
+			for (int i = 0; i < it->iovcnt && n < 64; i++) {
+				if (off >= it->iov[i].iov_len) {
+					off -= it->iov[i].iov_len;
+					continue;
+				}
+				v[n].iov_base = (uint8_t *)it->iov[i].iov_base + off;
+				v[n].iov_len = it->iov[i].iov_len - off;
+				off = 0;
+				if (v[n].iov_len)
+					n++;
+			}
+		}
+		memset(&msg, 0, sizeof(msg));
+		msg.msg_iov = v;
+		msg.msg_iovlen = (size_t)n;
+		r = sendmsg(l->ep.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			link_update_events(l);
+			return -1;
+		}
+		while (r > 0 && l->txq_head) {
+			size_t take;
+
+			it = l->txq_head;
+			take = it->total - it->sent;
+			if ((size_t)r < take)
+				take = (size_t)r;
+			it->sent += take;
+			r -= (ssize_t)take;
+			if (it->sent == it->total) {
+				l->txq_head = it->next;
+				if (!l->txq_head)
+					l->txq_tail = NULL;
+				item_sent(l, it);
+			}
+		}
+	}
+	link_update_events(l);
+	return 0;
+}
+
+void sd_link_drain(struct sd_link *l, doca_error_t status)
+{
+	struct doca_rdma_connection *conn = l->conn;
+	struct sd_txitem *it, **pp;
+
+	if (l->dead || l->draining)
+		return;
+	if (l->txq_head && l->txq_head->task && l->txq_head->sent) {
+		/* a request is half on the wire: nothing can follow it */
+		sd_link_close(l, status);
+		return;
+	}
+	sd_wire_abort_rx(l);
+	l->rx_state = SD_RX_HDR;
+	l->rx_hdr_got = 0;
+	for (pp = &l->txq_head; *pp;) {
+		it = *pp;
+		if (it->task) {
+			*pp = it->next;
+			sd_rtask_complete(it->task, status);
+		} else {
+			pp = &it->next;
+		}
+	}
+	l->txq_tail = NULL;
+	for (it = l->txq_head; it; it = it->next)
+		l->txq_tail = it;
+	while (l->out_head) {
+		it = l->out_head;
+		l->out_head = it->next;
+		sd_rtask_complete(it->task, status);
+	}
+	l->out_tail = NULL;
+	l->out_count = 0;
+	if (l->parked) {
+		l->parked = 0;
+		l->rdma->nparked--;
+		free(l->park_buf);
+		l->park_buf = NULL;
+	}
+	l->draining = 1;
+	l->close_after_flush = 1;
+	l->deadline_ns = sd_now_ns() + eng.timeout_ns;
+	l->rx_paused = 0;
+	l->conn = NULL;
+	if (conn) {
+		conn->link = NULL;
+		sd_conn_on_link_closed(conn, status, 1);
+	}
+	sd_link_flush(l);
+}
+
+void sd_link_flush(struct sd_link *l)
+{
+	/* Errors surface to the engine as EPOLLERR/EPOLLHUP. */
+	(void)link_flush(l);
+	if (!l->txq_head && l->close_after_flush && !l->dead)
+		shutdown(l->ep.fd, SHUT_WR);
+}
+
+/* ---------------------------------------------------------------- rx */
+static void iov_advance(struct iovec **iov, int *cnt, size_t n)
+{
+	while (n > 0 && *cnt > 0) {
+		if (n >= (*iov)->iov_len) {
+			n -= (*iov)->iov_len;
+			(*iov)++;
+			(*cnt)--;
+		} else {
+			(*iov)->iov_base = (uint8_t *)(*iov)->iov_base + n;
+			(*iov)->iov_len -= n;
+			n = 0;
+		}
+	}
+	while (*cnt > 0 && (*iov)->iov_len == 0) {
+		(*iov)++;
+		(*cnt)--;
+	}
+}
+
+static int frame_done(struct sd_link *l, doca_error_t *st)
+{
+	int rc;
+
+	l->rx_state = SD_RX_HDR;
+	rc = sd_wire_on_payload_done(l, st);
+	l->rx_action = SD_RXA_NONE;
+	l->rx_discard = 0;
+	return rc;
+}
+
+/* Returns -1 when the link must be closed with *st. */
+static int link_on_readable(struct sd_link *l, doca_error_t *st)
+{
+	int frames = 0;
+	size_t bytes = 0;
+
+	while (!l->dead && !l->rx_paused && frames < 256 && bytes < (8u << 20)) {
+		ssize_t r;
+
+		if (l->draining) {
+			r = recv(l->ep.fd, scratch, sizeof(scratch), 0);
+			if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+				*st = DOCA_ERROR_CONNECTION_RESET;
+				return -1;
+			}
+			if (r < 0 && errno != EINTR)
+				return 0;
+			bytes += r > 0 ? (size_t)r : 0;
+			continue;
+		}
+		if (l->rx_state == SD_RX_HDR) {
+			r = recv(l->ep.fd, l->rx_hdr_buf + l->rx_hdr_got, SD_HDR_LEN - l->rx_hdr_got, 0);
+		} else if (l->rx_discard || l->rx_iovcnt == 0) {
+			size_t want = l->rx_left < sizeof(scratch) ? l->rx_left : sizeof(scratch);
+			r = recv(l->ep.fd, scratch, want, 0);
+		} else {
+			r = readv(l->ep.fd, l->rx_iov, l->rx_iovcnt > 1024 ? 1024 : l->rx_iovcnt);
+		}
+		if (r == 0) {
+			*st = DOCA_ERROR_CONNECTION_RESET;
+			return -1;
+		}
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			*st = DOCA_ERROR_CONNECTION_RESET;
+			return -1;
+		}
+		l->last_rx_ns = sd_now_ns();
+		bytes += (size_t)r;
+		if (l->rx_state == SD_RX_HDR) {
+			l->rx_hdr_got += (size_t)r;
+			if (l->rx_hdr_got < SD_HDR_LEN)
+				continue;
+			l->rx_hdr_got = 0;
+			frames++;
+			if (sd_hdr_decode(l->rx_hdr_buf, &l->rx) != 0) {
+				SD_WARN("rdma: malformed frame header, closing link");
+				*st = DOCA_ERROR_CONNECTION_RESET;
+				return -1;
+			}
+			if (sd_wire_on_header(l, st) != 0)
+				return -1;
+			l->rx_left = l->rx.payload_len;
+			if (l->rx_left == 0) {
+				if (frame_done(l, st) != 0)
+					return -1;
+			} else {
+				l->rx_state = SD_RX_PAYLOAD;
+			}
+		} else {
+			l->rx_left -= (size_t)r;
+			if (!l->rx_discard && l->rx_iovcnt)
+				iov_advance(&l->rx_iov, &l->rx_iovcnt, (size_t)r);
+			if (l->rx_left == 0 && frame_done(l, st) != 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+static void link_on_event(struct sd_link *l, uint32_t events)
+{
+	doca_error_t st = DOCA_ERROR_CONNECTION_RESET;
+
+	if (l->dead)
+		return;
+	if (l->connecting) {
+		int err = 0;
+		socklen_t el = sizeof(err);
+
+		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+			return;
+		if (getsockopt(l->ep.fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
+			err = errno;
+		if (err == 0 && (events & (EPOLLERR | EPOLLHUP)))
+			err = ECONNREFUSED;
+		l->connecting = 0;
+		sd_conn_on_connected(l, err);
+		if (!l->dead)
+			sd_link_flush(l);
+		return;
+	}
+	if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+		if (link_on_readable(l, &st) != 0) {
+			sd_link_close(l, st);
+			return;
+		}
+		if (!l->dead && l->rx_paused && (events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN)) {
+			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+			return;
+		}
+	}
+	if (!l->dead && l->txq_head) {
+		if (link_flush(l) != 0) {
+			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+			return;
+		}
+		if (!l->txq_head && l->close_after_flush)
+			shutdown(l->ep.fd, SHUT_WR);
+	}
+}
+
+/* ---------------------------------------------------------------- timers */
+static uint64_t min_dl(uint64_t a, uint64_t b)
+{
+	if (!a)
+		return b;
+	if (!b)
+		return a;
+	return a < b ? a : b;
+}
+
+static uint64_t link_timers(struct sd_link *l, uint64_t now)
+{
+	uint64_t T = eng.timeout_ns, next = 0;
+
+	if (l->dead)
+		return 0;
+	if (l->deadline_ns) {
+		if (now >= l->deadline_ns) {
+			SD_DBG("rdma: link handshake / drain deadline passed");
+			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+			return 0;
+		}
+		next = l->deadline_ns;
+	}
+	if (l->parked) {
+		if (now >= l->park_deadline_ns) {
+			sd_wire_park_expired(l);
+			return l->dead ? 0 : now + 1000000;
+		}
+		if (now >= l->park_nak_ns) {
+			struct sd_hdr h = {.opcode = SD_OP_RNR_WAIT};
+			sd_link_send_ctrl(l, &h, NULL, 0);
+			sd_link_flush(l);
+			l->park_nak_ns = now + T / 4;
+		}
+		next = min_dl(next, min_dl(l->park_deadline_ns, l->park_nak_ns));
+	} else if (l->conn && (l->out_head || l->txq_head)) {
+		if (now - l->last_rx_ns >= T) {
+			SD_WARN("rdma: peer silent for %llu ms with work outstanding, declaring it dead",
+				(unsigned long long)(T / 1000000));
+			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+			return 0;
+		}
+		if (now - l->last_rx_ns >= T / 4 && now - l->last_ping_ns >= T / 4) {
+			struct sd_hdr h = {.opcode = SD_OP_PING};
+			sd_link_send_ctrl(l, &h, NULL, 0);
+			sd_link_flush(l);
+			l->last_ping_ns = now;
+		}
+		next = min_dl(next, min_dl(l->last_rx_ns + T, l->last_ping_ns + T / 4));
+	}
+	return next;
+}
+
+static uint64_t eng_timers(uint64_t now)
+{
+	uint64_t next = 0;
+
+	for (struct doca_rdma *r = eng.rdmas; r; r = r->eng_next) {
+		struct sd_link *l, *nx;
+
+		for (l = r->links; l; l = nx) {
+			nx = l->next;
+			next = min_dl(next, link_timers(l, now));
+		}
+		next = min_dl(next, sd_conn_check_deadlines(r, now));
+	}
+	return next;
+}
+
+/* ---------------------------------------------------------------- thread */
+static void eng_free_graveyard(void)
+{
+	while (eng.graveyard) {
+		struct sd_link *l = eng.graveyard;
+		eng.graveyard = l->next;
+		free(l->park_buf);
+		free(l);
+	}
+}
+
+static void *eng_main(void *arg)
+{
+	struct sd_engthr *et = arg;
+	struct epoll_event evs[64];
+	int timeout = -1;
+
+	for (;;) {
+		int n = epoll_wait(et->epfd, evs, 64, timeout);
+		uint64_t now, next;
+
+		pthread_mutex_lock(&eng.lock);
+		if (et->stop) {
+			pthread_mutex_unlock(&eng.lock);
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			struct sd_ep *ep = evs[i].data.ptr;
+
+			if (ep->kind == SD_EP_EVENTFD) {
+				uint64_t v;
+				ssize_t r = read(ep->fd, &v, sizeof(v));
+				(void)r;
+			} else if (ep->kind == SD_EP_LISTENER) {
+				sd_listener_on_accept((struct sd_listener *)ep);
+			} else if (ep->kind == SD_EP_LINK) {
+				link_on_event((struct sd_link *)ep, evs[i].events);
+			}
+		}
+		for (struct doca_rdma *r = eng.rdmas; r; r = r->eng_next)
+			if (r->nparked && r->rq_head)
+				sd_wire_deliver_parked(r);
+		now = sd_now_ns();
+		next = eng_timers(now);
+		eng_free_graveyard();
+		pthread_mutex_unlock(&eng.lock);
+		if (!next) {
+			timeout = -1;
+		} else {
+			now = sd_now_ns();
+			timeout = next <= now ? 0 : (int)((next - now + 999999) / 1000000);
+			if (timeout > 60000)
+				timeout = 60000;
+		}
+	}
+	return NULL;
+}
+
+doca_error_t sd_eng_attach(struct doca_rdma *rdma)
+{
+	doca_error_t rc = DOCA_SUCCESS;
+
+	pthread_once(&eng_once, eng_init_once);
+	pthread_mutex_lock(&eng.life);
+	pthread_mutex_lock(&eng.lock);
+	if (!eng.cur) {
+		struct sd_engthr *et = calloc(1, sizeof(*et));
+		struct epoll_event ev;
+		sigset_t all, old;
+
+		if (!et) {
+			rc = DOCA_ERROR_NO_MEMORY;
+			goto out;
+		}
+		et->epfd = epoll_create1(EPOLL_CLOEXEC);
+		et->efd.kind = SD_EP_EVENTFD;
+		et->efd.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		ev.events = EPOLLIN;
+		ev.data.ptr = &et->efd;
+		if (et->epfd < 0 || et->efd.fd < 0 || epoll_ctl(et->epfd, EPOLL_CTL_ADD, et->efd.fd, &ev) != 0) {
+			if (et->epfd >= 0)
+				close(et->epfd);
+			if (et->efd.fd >= 0)
+				close(et->efd.fd);
+			free(et);
+			rc = DOCA_ERROR_OPERATING_SYSTEM;
+			goto out;
+		}
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		if (pthread_create(&et->thr, NULL, eng_main, et) != 0) {
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			close(et->epfd);
+			close(et->efd.fd);
+			free(et);
+			rc = DOCA_ERROR_OPERATING_SYSTEM;
+			goto out;
+		}
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		eng.cur = et;
+	}
+	rdma->running = 1;
+	rdma->eng_next = eng.rdmas;
+	eng.rdmas = rdma;
+out:
+	pthread_mutex_unlock(&eng.lock);
+	pthread_mutex_unlock(&eng.life);
+	return rc;
+}
+
+void sd_eng_detach_locked(struct doca_rdma *rdma, doca_error_t status)
+{
+	struct doca_rdma **pp;
+
+	while (rdma->links)
+		sd_link_close(rdma->links, status);
+	for (struct doca_rdma_connection *c = rdma->conns; c; c = c->next)
+		if (c->state != SDC_CLOSED)
+			sd_conn_on_link_closed(c, status, 0);
+	while (rdma->listeners)
+		sd_listener_close(rdma->listeners);
+	while (rdma->rq_head) {
+		struct sd_rtask *t = rdma->rq_head;
+		rdma->rq_head = t->qnext;
+		sd_rtask_complete(t, status);
+	}
+	rdma->rq_tail = NULL;
+	if (rdma->running) {
+		for (pp = &eng.rdmas; *pp; pp = &(*pp)->eng_next) {
+			if (*pp == rdma) {
+				*pp = rdma->eng_next;
+				break;
+			}
+		}
+	}
+	rdma->running = 0;
+}
+
+void sd_eng_rdma_created(void)
+{
+	pthread_once(&eng_once, eng_init_once);
+	pthread_mutex_lock(&eng.lock);
+	eng.nrdma++;
+	pthread_mutex_unlock(&eng.lock);
+}
+
+void sd_eng_rdma_destroyed(void)
+{
+	struct sd_engthr *et = NULL;
+
+	pthread_mutex_lock(&eng.life);
+	pthread_mutex_lock(&eng.lock);
+	if (eng.nrdma > 0)
+		eng.nrdma--;
+	if (eng.nrdma == 0 && eng.cur) {
+		et = eng.cur;
+		et->stop = 1;
+		sd_eng_kick();
+	}
+	pthread_mutex_unlock(&eng.lock);
+	if (et) {
+		pthread_join(et->thr, NULL);
+		pthread_mutex_lock(&eng.lock);
+		eng_free_graveyard();
+		eng.cur = NULL;
+		pthread_mutex_unlock(&eng.lock);
+		close(et->epfd);
+		close(et->efd.fd);
+		free(et);
+	}
+	pthread_mutex_unlock(&eng.life);
+}

@@ -1,0 +1,596 @@
+/*
+ * softdoca RDMA wire protocol: frame header codec and the responder /
+ * requester side of every data operation (see rdma.h for the layout).
+ *
+ * Nothing from the wire is trusted: headers are parsed strictly (a malformed
+ * frame closes that link only), every remote access is validated by
+ * sd_mmap_acquire (instance, map id, key, bounds, mmap permissions) and by
+ * the target context's permissions before any byte moves. Payloads go
+ * straight into their final memory; a rejected payload is drained into a
+ * scratch buffer. The only extra copy is a two-sided message that arrives
+ * while no receive is posted (RNR): it is parked on the heap for at most the
+ * sender's RNR budget.
+ */
+#include "rdma.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void sd_hdr_encode(const struct sd_hdr *h, uint8_t out[SD_HDR_LEN])
+{
+	memset(out, 0, SD_HDR_LEN);
+	sd_put_le32(out + 0, SD_WIRE_MAGIC);
+	out[4] = SD_WIRE_VERSION;
+	out[5] = h->opcode;
+	sd_put_le16(out + 6, h->flags);
+	sd_put_le64(out + 8, h->req_id);
+	sd_put_le32(out + 16, h->payload_len);
+	memcpy(out + 20, h->imm, 4);
+	sd_put_le32(out + 24, h->status);
+	sd_put_le32(out + 28, h->budget_ms);
+	sd_put_le64(out + 32, h->instance);
+	sd_put_le64(out + 40, h->map_id);
+	sd_put_le64(out + 48, h->raddr);
+	sd_put_le64(out + 56, h->rlen);
+	memcpy(out + 64, h->key, SD_KEY_LEN);
+	sd_put_le64(out + 80, h->arg0);
+	sd_put_le64(out + 88, h->arg1);
+}
+
+static uint32_t max_payload(uint8_t op)
+{
+	switch (op) {
+	case SD_OP_HELLO:
+		return SD_HELLO_LEN;
+	case SD_OP_CM_REQ:
+		return SD_CMREQ_LEN;
+	case SD_OP_CM_ACCEPT:
+		return SD_RDMA_MAX_PRIV;
+	case SD_OP_WRITE:
+	case SD_OP_WRITE_IMM:
+	case SD_OP_SEND:
+	case SD_OP_SEND_IMM:
+	case SD_OP_READ_RESP:
+		return SD_RDMA_MAX_MSG;
+	case SD_OP_ATOMIC_RESP:
+		return 8;
+	default:
+		return 0;
+	}
+}
+
+int sd_hdr_decode(const uint8_t in[SD_HDR_LEN], struct sd_hdr *h)
+{
+	if (sd_get_le32(in) != SD_WIRE_MAGIC || in[4] != SD_WIRE_VERSION)
+		return -1;
+	memset(h, 0, sizeof(*h));
+	h->opcode = in[5];
+	h->flags = sd_get_le16(in + 6);
+	h->req_id = sd_get_le64(in + 8);
+	h->payload_len = sd_get_le32(in + 16);
+	memcpy(h->imm, in + 20, 4);
+	h->status = sd_get_le32(in + 24);
+	h->budget_ms = sd_get_le32(in + 28);
+	h->instance = sd_get_le64(in + 32);
+	h->map_id = sd_get_le64(in + 40);
+	h->raddr = sd_get_le64(in + 48);
+	h->rlen = sd_get_le64(in + 56);
+	memcpy(h->key, in + 64, SD_KEY_LEN);
+	h->arg0 = sd_get_le64(in + 80);
+	h->arg1 = sd_get_le64(in + 88);
+	if (h->flags != 0)
+		return -1;
+	switch (h->opcode) {
+	case SD_OP_HELLO: case SD_OP_HELLO_ACK: case SD_OP_CM_REQ: case SD_OP_CM_ACCEPT:
+	case SD_OP_CM_REJECT: case SD_OP_CM_RTU: case SD_OP_WRITE: case SD_OP_WRITE_IMM:
+	case SD_OP_SEND: case SD_OP_SEND_IMM: case SD_OP_READ: case SD_OP_CMP_SWP:
+	case SD_OP_FETCH_ADD: case SD_OP_RESP: case SD_OP_READ_RESP: case SD_OP_ATOMIC_RESP:
+	case SD_OP_PING: case SD_OP_PONG: case SD_OP_RNR_WAIT: case SD_OP_DISCONNECT:
+		break;
+	default:
+		return -1;
+	}
+	if (h->payload_len > max_payload(h->opcode))
+		return -1;
+	if (h->status > DOCA_ERROR_DEVICE_FATAL_ERROR)
+		return -1;
+	if (h->opcode == SD_OP_READ && h->rlen > SD_RDMA_MAX_MSG)
+		return -1;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- helpers */
+static void respond(struct sd_link *l, uint8_t op, uint64_t req_id, doca_error_t st)
+{
+	struct sd_hdr h = {.opcode = op, .req_id = req_id, .status = (uint32_t)st};
+
+	sd_link_send_ctrl(l, &h, NULL, 0);
+}
+
+/* Validate a remote access against this process, the target ctx and the map. */
+static doca_error_t remote_access(struct sd_link *l, const struct sd_hdr *h, uint64_t len, uint32_t perm,
+				  struct doca_mmap **ref)
+{
+	doca_error_t rc;
+
+	*ref = NULL;
+	if (h->instance != sd_instance_id() || (l->rdma->permissions & perm) != perm)
+		return DOCA_ERROR_NOT_PERMITTED;
+	if (len == 0)
+		return DOCA_SUCCESS;
+	rc = sd_mmap_acquire(h->map_id, h->key, h->raddr, len, perm, ref);
+	if (rc != DOCA_SUCCESS) {
+		*ref = NULL;
+		return DOCA_ERROR_NOT_PERMITTED;
+	}
+	if (!*ref || (*ref)->remote || !(*ref)->started) {
+		if (*ref)
+			sd_mmap_release(*ref);
+		*ref = NULL;
+		return DOCA_ERROR_NOT_PERMITTED;
+	}
+	return DOCA_SUCCESS;
+}
+
+static struct sd_rtask *pop_recv(struct doca_rdma *rdma)
+{
+	struct sd_rtask *t = rdma->rq_head;
+
+	if (t) {
+		rdma->rq_head = t->qnext;
+		if (!rdma->rq_head)
+			rdma->rq_tail = NULL;
+		t->qnext = NULL;
+	}
+	return t;
+}
+
+static void recv_result(struct sd_rtask *t, struct sd_link *l, const struct sd_hdr *h, uint32_t len)
+{
+	if (h->opcode == SD_OP_SEND)
+		t->res_opcode = DOCA_RDMA_OPCODE_RECV_SEND;
+	else if (h->opcode == SD_OP_SEND_IMM)
+		t->res_opcode = DOCA_RDMA_OPCODE_RECV_SEND_WITH_IMM;
+	else
+		t->res_opcode = DOCA_RDMA_OPCODE_RECV_WRITE_WITH_IMM;
+	t->res_len = len;
+	memcpy(&t->res_imm, h->imm, 4);
+	t->res_conn = l->conn;
+}
+
+/* Two-sided message with no receive posted: park it, or fail if no budget. */
+static int start_park(struct sd_link *l, const struct sd_hdr *h, int with_payload)
+{
+	uint64_t budget = h->budget_ms, T = sd_eng_timeout_ns() / 1000000ull;
+
+	if (budget > T)
+		budget = T;
+	if (budget == 0)
+		return -1;
+	l->park = *h;
+	l->park_len = with_payload ? h->payload_len : 0;
+	l->park_buf = NULL;
+	if (l->park_len) {
+		l->park_buf = malloc(l->park_len);
+		if (!l->park_buf)
+			return -1;
+	}
+	l->park_deadline_ns = sd_now_ns() + budget * 1000000ull;
+	l->park_nak_ns = sd_now_ns() + sd_eng_timeout_ns() / 4;
+	return 0;
+}
+
+static void enter_park(struct sd_link *l)
+{
+	l->parked = 1;
+	l->rdma->nparked++;
+	sd_link_set_rx_paused(l, 1);
+}
+
+/* RNR retries exhausted: the sender's op fails with TIME_OUT and the
+ * connection breaks on both sides. */
+static void rnr_fail(struct sd_link *l, const struct sd_hdr *h)
+{
+	SD_WARN("rdma: no receive posted within the sender's RNR budget (%u ms), breaking the connection",
+		h->budget_ms);
+	respond(l, SD_OP_RESP, h->req_id, DOCA_ERROR_TIME_OUT);
+	sd_link_drain(l, DOCA_ERROR_CONNECTION_RESET);
+}
+
+/* ---------------------------------------------------------------- header */
+static struct sd_rtask *expect_resp(struct sd_link *l, const struct sd_hdr *h)
+{
+	struct sd_rtask *t;
+
+	if (!l->out_head || l->out_head->task->tx.sent != l->out_head->total)
+		return NULL;
+	t = l->out_head->task;
+	if (sd_get_le64(t->tx.hdr + 8) != h->req_id)
+		return NULL;
+	switch (t->type) {
+	case SD_T_READ:
+		return h->opcode == SD_OP_READ_RESP ? t : NULL;
+	case SD_T_CMP_SWP:
+	case SD_T_FETCH_ADD:
+		return h->opcode == SD_OP_ATOMIC_RESP ? t : NULL;
+	default:
+		return h->opcode == SD_OP_RESP ? t : NULL;
+	}
+}
+
+static void pop_out(struct sd_link *l)
+{
+	struct sd_txitem *it = l->out_head;
+
+	l->out_head = it->next;
+	if (!l->out_head)
+		l->out_tail = NULL;
+	l->out_count--;
+	it->next = NULL;
+}
+
+static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
+{
+	struct doca_mmap *ref = NULL;
+	doca_error_t st;
+
+	switch (h->opcode) {
+	case SD_OP_WRITE:
+	case SD_OP_WRITE_IMM:
+		l->rx_action = SD_RXA_WRITE;
+		l->rx_status = remote_access(l, h, h->payload_len, DOCA_ACCESS_FLAG_RDMA_WRITE, &ref);
+		if (l->rx_status == DOCA_SUCCESS && h->payload_len) {
+			l->rx_ref = ref;
+			l->rx_iov1.iov_base = (void *)(uintptr_t)h->raddr;
+			l->rx_iov1.iov_len = h->payload_len;
+			l->rx_iov = &l->rx_iov1;
+			l->rx_iovcnt = 1;
+		} else {
+			l->rx_discard = 1;
+		}
+		return 0;
+	case SD_OP_SEND:
+	case SD_OP_SEND_IMM: {
+		struct sd_rtask *t = pop_recv(l->rdma);
+		uint64_t cap = 0;
+		int n = 0;
+
+		l->rx_action = SD_RXA_SEND;
+		l->rx_status = DOCA_SUCCESS;
+		if (!t) {
+			if (start_park(l, h, 1) != 0) {
+				l->rx_status = DOCA_ERROR_TIME_OUT;
+				l->rx_discard = 1;
+				return 0;
+			}
+			l->rx_action = SD_RXA_PARK;
+			l->rx_iov1.iov_base = l->park_buf;
+			l->rx_iov1.iov_len = l->park_len;
+			l->rx_iov = &l->rx_iov1;
+			l->rx_iovcnt = l->park_len ? 1 : 0;
+			return 0;
+		}
+		if (t->dst)
+			n = sd_buf_tail(t->dst, t->iov, t->iov_cap, &cap);
+		if (n < 0 || h->payload_len > cap) {
+			sd_rtask_complete(t, DOCA_ERROR_TOO_BIG);
+			l->rx_status = DOCA_ERROR_TOO_BIG;
+			l->rx_discard = 1;
+			return 0;
+		}
+		l->rx_task = t;
+		l->rx_iov = t->iov;
+		l->rx_iovcnt = n;
+		return 0;
+	}
+	case SD_OP_READ: {
+		struct sd_hdr r = {.opcode = SD_OP_READ_RESP, .req_id = h->req_id};
+		struct sd_txitem *it;
+
+		st = remote_access(l, h, h->rlen, DOCA_ACCESS_FLAG_RDMA_READ, &ref);
+		if (st != DOCA_SUCCESS || h->rlen == 0) {
+			r.status = (uint32_t)st;
+			return sd_link_send_ctrl(l, &r, NULL, 0);
+		}
+		it = calloc(1, sizeof(*it));
+		if (!it) {
+			sd_mmap_release(ref);
+			return -1;
+		}
+		r.payload_len = (uint32_t)h->rlen;
+		sd_hdr_encode(&r, it->hdr);
+		it->ref = ref;
+		it->iov1.iov_base = (void *)(uintptr_t)h->raddr;
+		it->iov1.iov_len = h->rlen;
+		it->iov = &it->iov1;
+		it->iovcnt = 1;
+		it->total = SD_HDR_LEN + h->rlen;
+		sd_link_queue(l, it);
+		return 0;
+	}
+	case SD_OP_CMP_SWP:
+	case SD_OP_FETCH_ADD: {
+		struct sd_hdr r = {.opcode = SD_OP_ATOMIC_RESP, .req_id = h->req_id};
+		uint8_t val[8];
+		uint64_t old = 0;
+
+		if (h->raddr % 8 != 0) {
+			st = DOCA_ERROR_INVALID_VALUE;
+		} else {
+			st = remote_access(l, h, 8, DOCA_ACCESS_FLAG_RDMA_ATOMIC, &ref);
+		}
+		if (st == DOCA_SUCCESS) {
+			uint64_t *p = (uint64_t *)(uintptr_t)h->raddr;
+
+			if (h->opcode == SD_OP_CMP_SWP) {
+				old = h->arg0;
+				__atomic_compare_exchange_n(p, &old, h->arg1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+			} else {
+				old = __atomic_fetch_add(p, h->arg0, __ATOMIC_SEQ_CST);
+			}
+			sd_mmap_release(ref);
+			sd_put_le64(val, old);
+			return sd_link_send_ctrl(l, &r, val, 8);
+		}
+		r.status = (uint32_t)st;
+		return sd_link_send_ctrl(l, &r, NULL, 0);
+	}
+	default:
+		return -1;
+	}
+}
+
+int sd_wire_on_header(struct sd_link *l, doca_error_t *st)
+{
+	const struct sd_hdr *h = &l->rx;
+	int established = l->conn && l->conn->state == SDC_ESTABLISHED;
+
+	*st = DOCA_ERROR_CONNECTION_RESET;
+	l->rx_action = SD_RXA_NONE;
+	l->rx_discard = 0;
+	l->rx_iovcnt = 0;
+	l->rx_task = NULL;
+	l->rx_ref = NULL;
+	l->rx_status = DOCA_SUCCESS;
+	if (h->opcode <= SD_OP_CM_RTU) {
+		if (established)
+			return -1;
+		l->rx_action = SD_RXA_CTRL;
+		l->rx_iov1.iov_base = l->ctrl_buf;
+		l->rx_iov1.iov_len = h->payload_len;
+		l->rx_iov = &l->rx_iov1;
+		l->rx_iovcnt = h->payload_len ? 1 : 0;
+		return 0;
+	}
+	if (!established) {
+		SD_WARN("rdma: data frame (opcode %u) on a link that is not established", h->opcode);
+		return -1;
+	}
+	switch (h->opcode) {
+	case SD_OP_PING:
+	case SD_OP_PONG:
+	case SD_OP_RNR_WAIT:
+	case SD_OP_DISCONNECT:
+		l->rx_action = SD_RXA_CTRL;
+		return 0;
+	case SD_OP_RESP:
+	case SD_OP_READ_RESP:
+	case SD_OP_ATOMIC_RESP: {
+		struct sd_rtask *t = expect_resp(l, h);
+
+		if (!t) {
+			SD_WARN("rdma: unexpected response (opcode %u), closing link", h->opcode);
+			return -1;
+		}
+		l->rx_status = (doca_error_t)h->status;
+		if (h->status != DOCA_SUCCESS || h->opcode == SD_OP_RESP) {
+			if (h->payload_len)
+				return -1;
+			l->rx_action = SD_RXA_NONE;
+			l->rx_task = t;
+			return 0;
+		}
+		l->rx_task = t;
+		if (h->opcode == SD_OP_READ_RESP) {
+			if (h->payload_len != t->xfer_len)
+				return -1;
+			l->rx_action = SD_RXA_READ_RESP;
+			l->rx_iov = t->iov;
+			l->rx_iovcnt = t->iovn;  /* scatter list computed at submit */
+			return 0;
+		}
+		if (h->payload_len != 8)
+			return -1;
+		l->rx_action = SD_RXA_ATOMIC_RESP;
+		l->rx_iov1.iov_base = t->atomic_val;
+		l->rx_iov1.iov_len = 8;
+		l->rx_iov = &l->rx_iov1;
+		l->rx_iovcnt = 1;
+		return 0;
+	}
+	default:
+		if (on_request_header(l, h) != 0)
+			return -1;
+		return 0;
+	}
+}
+
+/* ---------------------------------------------------------------- payload done */
+static void complete_response(struct sd_link *l, struct sd_rtask *t, doca_error_t st)
+{
+	int rnr = st == DOCA_ERROR_TIME_OUT && (t->type == SD_T_SEND || t->type == SD_T_SEND_IMM ||
+						 t->type == SD_T_WRITE_IMM);
+
+	pop_out(l);
+	sd_rtask_complete(t, st);
+	if (rnr) {
+		SD_WARN("rdma: peer reported RNR retry exceeded, breaking the connection");
+		sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+	}
+}
+
+int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
+{
+	const struct sd_hdr *h = &l->rx;
+	struct sd_rtask *t = l->rx_task;
+
+	*st = DOCA_ERROR_CONNECTION_RESET;
+	l->rx_task = NULL;
+	switch (l->rx_action) {
+	case SD_RXA_CTRL:
+		switch (h->opcode) {
+		case SD_OP_PING: {
+			struct sd_hdr p = {.opcode = SD_OP_PONG};
+			return sd_link_send_ctrl(l, &p, NULL, 0);
+		}
+		case SD_OP_PONG:
+		case SD_OP_RNR_WAIT:
+			return 0;
+		case SD_OP_DISCONNECT:
+			SD_DBG("rdma: peer disconnected");
+			return -1;
+		default:
+			return sd_conn_on_handshake(l, h, l->ctrl_buf);
+		}
+	case SD_RXA_WRITE:
+		if (l->rx_ref) {
+			sd_mmap_release(l->rx_ref);
+			l->rx_ref = NULL;
+		}
+		if (h->opcode == SD_OP_WRITE_IMM && l->rx_status == DOCA_SUCCESS) {
+			struct sd_rtask *r = pop_recv(l->rdma);
+
+			if (r) {
+				recv_result(r, l, h, h->payload_len);
+				sd_rtask_complete(r, DOCA_SUCCESS);
+			} else if (start_park(l, h, 0) == 0) {
+				enter_park(l);
+				return 0;
+			} else {
+				rnr_fail(l, h);
+				return 0;
+			}
+		}
+		respond(l, SD_OP_RESP, h->req_id, l->rx_status);
+		return 0;
+	case SD_RXA_SEND:
+		if (t) {
+			sd_buf_tail_commit(t->dst, h->payload_len);
+			recv_result(t, l, h, h->payload_len);
+			sd_rtask_complete(t, DOCA_SUCCESS);
+		}
+		if (l->rx_status == DOCA_ERROR_TIME_OUT) {
+			rnr_fail(l, h);
+			return 0;
+		}
+		respond(l, SD_OP_RESP, h->req_id, l->rx_status);
+		return 0;
+	case SD_RXA_PARK:
+		enter_park(l);
+		return 0;
+	case SD_RXA_READ_RESP:
+		sd_buf_tail_commit(t->dst, h->payload_len);
+		t->res_len = h->payload_len;
+		complete_response(l, t, DOCA_SUCCESS);
+		return 0;
+	case SD_RXA_ATOMIC_RESP: {
+		uint64_t v = sd_get_le64(t->atomic_val);
+		struct doca_buf *res = t->result;
+
+		memcpy(res->data + res->data_len, &v, 8);
+		res->data_len += 8;
+		complete_response(l, t, DOCA_SUCCESS);
+		return 0;
+	}
+	case SD_RXA_NONE:
+		if (t) {
+			if (l->rx_status == DOCA_SUCCESS && t->type == SD_T_READ)
+				t->res_len = 0;
+			complete_response(l, t, l->rx_status);
+		}
+		return 0;
+	}
+	return -1;
+}
+
+/* ---------------------------------------------------------------- parking */
+static struct sd_link *oldest_parked(struct doca_rdma *rdma)
+{
+	struct sd_link *best = NULL;
+
+	for (struct sd_link *l = rdma->links; l; l = l->next) {
+		if (!l->parked || l->dead)
+			continue;
+		if (!best || l->park_deadline_ns - l->park.budget_ms * 1000000ull <
+				     best->park_deadline_ns - best->park.budget_ms * 1000000ull)
+			best = l;
+	}
+	return best;
+}
+
+static void unpark(struct sd_link *l)
+{
+	free(l->park_buf);
+	l->park_buf = NULL;
+	l->parked = 0;
+	l->rdma->nparked--;
+	sd_link_set_rx_paused(l, 0);
+}
+
+void sd_wire_deliver_parked(struct doca_rdma *rdma)
+{
+	while (rdma->nparked && rdma->rq_head) {
+		struct sd_link *l = oldest_parked(rdma);
+		struct sd_rtask *t;
+		doca_error_t st = DOCA_SUCCESS;
+
+		if (!l)
+			break;
+		t = pop_recv(rdma);
+		if (l->park.opcode != SD_OP_WRITE_IMM) {
+			uint64_t cap = 0, off = 0;
+			int n = t->dst ? sd_buf_tail(t->dst, t->iov, t->iov_cap, &cap) : 0;
+
+			if (n < 0 || l->park_len > cap) {
+				st = DOCA_ERROR_TOO_BIG;
+			} else {
+				for (int i = 0; i < n && off < l->park_len; i++) {
+					size_t c = t->iov[i].iov_len;
+					if (c > l->park_len - off)
+						c = l->park_len - off;
+					memcpy(t->iov[i].iov_base, l->park_buf + off, c);
+					off += c;
+				}
+				if (l->park_len)
+					sd_buf_tail_commit(t->dst, l->park_len);
+			}
+		}
+		if (st == DOCA_SUCCESS)
+			recv_result(t, l, &l->park, l->park.payload_len);
+		sd_rtask_complete(t, st);
+		respond(l, SD_OP_RESP, l->park.req_id, st);
+		unpark(l);
+		sd_link_flush(l);
+	}
+}
+
+void sd_wire_park_expired(struct sd_link *l)
+{
+	struct sd_hdr h = l->park;
+
+	unpark(l);
+	rnr_fail(l, &h);
+}
+
+void sd_wire_abort_rx(struct sd_link *l)
+{
+	if (l->rx_ref) {
+		sd_mmap_release(l->rx_ref);
+		l->rx_ref = NULL;
+	}
+	/* a receive being filled belongs to the ctx, not to the outstanding list */
+	if (l->rx_task && l->rx_task->type == SD_T_RECV)
+		sd_rtask_complete(l->rx_task, DOCA_ERROR_CONNECTION_RESET);
+	l->rx_task = NULL;
+	l->rx_action = SD_RXA_NONE;
+}

@@ -1,0 +1,116 @@
+"""A scriptable RDMA peer for multi-process tests.
+
+Reads one JSON command per line on stdin, answers one JSON line on stdout.
+Between commands it does NOT progress its engine unless told to, so one-sided
+operations that land in its memory prove the engine thread served them.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import sys
+from contextlib import ExitStack
+from typing import Any, Dict, List
+
+import pydoca
+from pydoca import Access
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def unb64(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+class Peer:
+    def __init__(self) -> None:
+        self.stack = ExitStack()
+        self.recvs: List[Any] = []
+
+    def start(self, size: int, access: int, permissions: int, mode: str, port: int = 0,
+              accept: bool = True, rnr_retry: int | None = None, fill: int = 0) -> Dict[str, Any]:
+        s = self.stack
+        self.dev = s.enter_context(pydoca.Device.open(iface="lo"))
+        self.pe = s.enter_context(pydoca.ProgressEngine())
+        self.mem = bytearray([fill]) * size
+        self.rdma = s.enter_context(pydoca.Rdma(self.dev, self.pe, permissions=Access(permissions),
+                                                rnr_retry_count=rnr_retry))
+        self.mm = pydoca.MemoryMap(self.dev, self.mem, access=Access(access))
+        self.inv = s.enter_context(pydoca.BufferInventory(64))
+        out: Dict[str, Any] = {"mmap": b64(self.mm.export_rdma()), "addr": self.mm.address}
+        if mode == "oob":
+            blob, self.conn = self.rdma.export()
+            out["conn"] = b64(blob)
+        else:
+            self.rdma.listen(port, accept=lambda c: accept)
+        return out
+
+    def connect(self, blob: str) -> Dict[str, Any]:
+        self.rdma.connect(unb64(blob), self.conn)
+        self.conn.wait_established(10)
+        return {}
+
+    def wait_conn(self, timeout: float = 10) -> Dict[str, Any]:
+        self.pe.run_until(lambda: any(c.established for c in self.rdma.connections), timeout, what="connection")
+        self.conn = next(c for c in self.rdma.connections if c.established)
+        return {}
+
+    def digest(self) -> Dict[str, Any]:
+        return {"sha": hashlib.sha256(self.mem).hexdigest(), "head": self.mem[:64].hex()}
+
+    def post_recv(self, n: int, size: int) -> Dict[str, Any]:
+        for _ in range(n):
+            mem = bytearray(size)
+            mm = pydoca.MemoryMap(self.dev, mem, access=Access.LOCAL_READ_WRITE)
+            buf = self.inv.buffer(mm, empty=True)
+            self.recvs.append(self.rdma.receive(buf))
+        return {}
+
+    def recv_results(self, timeout: float = 10) -> Dict[str, Any]:
+        res = []
+        for t in self.recvs:
+            t.wait(timeout)
+            if t.error is not None:
+                res.append({"error": t.error.name})
+            else:
+                r = t.value
+                res.append({"data": b64(r.data), "len": r.length, "opcode": r.opcode.name, "imm": r.immediate})
+        self.recvs = []
+        return {"results": res}
+
+    def progress(self, seconds: float) -> Dict[str, Any]:
+        import time
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.pe.wait(0.05)
+        return {"states": [c.state.value for c in self.rdma.connections]}
+
+    def stop_mmap(self) -> Dict[str, Any]:
+        self.mm.close()
+        return {}
+
+
+def main() -> None:
+    peer = Peer()
+    try:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            op = cmd.pop("op")
+            if op == "exit":
+                break
+            try:
+                out = getattr(peer, op)(**cmd)
+                out["ok"] = True
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            sys.stdout.write(json.dumps(out) + "\n")
+            sys.stdout.flush()
+    finally:
+        peer.stack.close()
+
+
+if __name__ == "__main__":
+    main()

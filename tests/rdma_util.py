@@ -1,0 +1,121 @@
+"""Helpers for RDMA tests: a driven peer subprocess and a local endpoint."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from typing import Any, Dict, Optional
+
+import pydoca
+from pydoca import Access
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ALL_REMOTE = Access.LOCAL_READ_WRITE | Access.RDMA_WRITE | Access.RDMA_READ | Access.RDMA_ATOMIC
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PeerProc:
+    """tests/peer_proc.py in a subprocess, one JSON command at a time."""
+
+    def __init__(self) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "peer_proc.py")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+
+    def call(self, op: str, timeout: float = 20.0, **kw: Any) -> Dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"peer did not answer {op} within {timeout}s")
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise RuntimeError(f"peer exited during {op}: {err[-2000:]}")
+        out: Dict[str, Any] = json.loads(line)
+        if not out.pop("ok"):
+            raise RuntimeError(f"peer {op} failed: {out['error']}")
+        return out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(10)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()
+
+
+class Local:
+    """The in-process side: device, engine, Rdma, inventory."""
+
+    def __init__(self, *, rnr_retry: Optional[int] = None, timeout_ms: Optional[int] = None) -> None:
+        self.stack = ExitStack()
+        self.dev = self.stack.enter_context(pydoca.Device.open(iface="lo"))
+        self.pe = self.stack.enter_context(pydoca.ProgressEngine())
+        self.rdma = self.stack.enter_context(pydoca.Rdma(self.dev, self.pe, permissions=ALL_REMOTE,
+                                                         rnr_retry_count=rnr_retry,
+                                                         connection_request_timeout_ms=timeout_ms))
+        self.inv = self.stack.enter_context(pydoca.BufferInventory(256))
+
+    def local(self, data: bytearray, access: Access = Access.LOCAL_READ_WRITE) -> pydoca.MemoryMap:
+        return pydoca.MemoryMap(self.dev, data, access=access)
+
+    def remote(self, blob_b64: str) -> pydoca.MemoryMap:
+        return pydoca.MemoryMap.from_export(self.dev, base64.b64decode(blob_b64))
+
+    def connect_oob(self, peer: PeerProc, started: Dict[str, Any]) -> pydoca.Connection:
+        blob, conn = self.rdma.export()
+        self.rdma.connect(base64.b64decode(started["conn"]), conn)
+        peer.proc.stdin.write(json.dumps({"op": "connect", "blob": base64.b64encode(blob).decode()}) + "\n")  # type: ignore[union-attr]
+        peer.proc.stdin.flush()  # type: ignore[union-attr]
+        conn.wait_established(10)
+        ready, _, _ = select.select([peer.proc.stdout], [], [], 10)
+        assert ready, "peer did not confirm connect"
+        assert json.loads(peer.proc.stdout.readline())["ok"]  # type: ignore[union-attr]
+        return conn
+
+    def close(self) -> None:
+        self.stack.close()
+
+
+def deadline(seconds: float) -> float:
+    return time.monotonic() + seconds
+
+
+def forge_export(blob: bytes, *, length: Optional[int] = None, key_xor: int = 0) -> bytes:
+    """Re-sign a softdoca mmap descriptor with a changed range or key, as an
+    attacker (or a stale copy) would: the target must still refuse access.
+    Layout (docs/softdoca-contract.md): ..., len @32, key @44..60, CRC-32 @78."""
+    import struct
+    import zlib
+    b = bytearray(blob)
+    assert len(b) == 82, "softdoca descriptor layout changed"
+    if length is not None:
+        struct.pack_into("<Q", b, 32, length)
+    b[44] ^= key_xor
+    struct.pack_into("<I", b, 78, zlib.crc32(bytes(b[:78])) & 0xFFFFFFFF)
+    return bytes(b)

@@ -1,0 +1,286 @@
+"""DOCA RDMA through pydoca, two processes: every task type in both
+connection modes, and the error paths (permissions, bounds, keys, RNR,
+dead peers, refused and rejected connections, malformed blobs)."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import select
+import time
+from typing import Any, Dict, Iterator, Tuple
+
+import pytest
+
+import pydoca
+from pydoca import Access, Opcode
+from pydoca import errors as E
+from rdma_util import ALL_REMOTE, Local, PeerProc, free_port
+
+SIZE = 1 << 16
+
+
+@pytest.fixture
+def local() -> Iterator[Local]:
+    loc = Local()
+    yield loc
+    loc.close()
+
+
+@pytest.fixture
+def peer() -> Iterator[PeerProc]:
+    p = PeerProc()
+    yield p
+    p.close()
+
+
+def connect(local: Local, peer: PeerProc, mode: str, *, access: Access = ALL_REMOTE,
+            permissions: Access = ALL_REMOTE, fill: int = 0, rnr_retry: Any = None,
+            size: int = SIZE) -> Tuple[pydoca.Connection, Dict[str, Any]]:
+    if mode == "oob":
+        started = peer.call("start", size=size, access=int(access), permissions=int(permissions), mode="oob",
+                            fill=fill, rnr_retry=rnr_retry)
+        conn = local.connect_oob(peer, started)
+    else:
+        port = free_port()
+        started = peer.call("start", size=size, access=int(access), permissions=int(permissions), mode="cm",
+                            port=port, fill=fill, rnr_retry=rnr_retry)
+        conn = local.rdma.connect_to("127.0.0.1", port).wait_established(10)
+        peer.call("wait_conn")
+    return conn, started
+
+
+def pattern(n: int, seed: int = 7) -> bytearray:
+    return bytearray((i * 31 + seed) & 0xFF for i in range(n))
+
+
+MODES = ["oob", "cm"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_write_lands_without_target_progress(local: Local, peer: PeerProc, mode: str) -> None:
+    conn, started = connect(local, peer, mode)
+    src = pattern(SIZE)
+    lm = local.local(src)
+    rm = local.remote(started["mmap"])
+    local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm)).result(10)
+    # the peer is blocked reading stdin, not progressing: its engine thread served the write
+    assert peer.call("digest")["sha"] == hashlib.sha256(src).hexdigest()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_read(local: Local, peer: PeerProc, mode: str) -> None:
+    conn, started = connect(local, peer, mode, fill=0x5A)
+    dst = bytearray(SIZE)
+    lm = local.local(dst)
+    rm = local.remote(started["mmap"])
+    n = local.rdma.read(conn, local.inv.buffer(rm), local.inv.buffer(lm, empty=True)).result(10)
+    assert n == SIZE
+    assert dst == bytearray([0x5A]) * SIZE
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_atomics(local: Local, peer: PeerProc, mode: str) -> None:
+    conn, started = connect(local, peer, mode)
+    res = bytearray(8)
+    resm = local.local(res)
+    rm = local.remote(started["mmap"])
+    target = local.inv.buffer(rm, offset=8, length=8)
+    old = local.rdma.fetch_add(conn, target, local.inv.buffer(resm, empty=True), add=5).result(10)
+    assert old == 0
+    old = local.rdma.compare_swap(conn, target, local.inv.buffer(resm, empty=True), compare=5, swap=99).result(10)
+    assert old == 5
+    old = local.rdma.compare_swap(conn, target, local.inv.buffer(resm, empty=True), compare=5, swap=1).result(10)
+    assert old == 99  # failed compare leaves 99
+    head = bytes.fromhex(peer.call("digest")["head"])
+    assert int.from_bytes(head[8:16], "little") == 99
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_send_receive_and_immediates(local: Local, peer: PeerProc, mode: str) -> None:
+    conn, started = connect(local, peer, mode)
+    peer.call("post_recv", n=3, size=256)
+    a = local.local(bytearray(b"hello over rdma"))
+    b = local.local(bytearray(b"with imm"))
+    local.rdma.send(conn, local.inv.buffer(a)).result(10)
+    local.rdma.send_imm(conn, local.inv.buffer(b), 0xDEADBEEF).result(10)
+    w = local.local(bytearray(b"written!"))
+    rm = local.remote(started["mmap"])
+    local.rdma.write_imm(conn, local.inv.buffer(w), local.inv.buffer(rm, offset=100, length=8), 0x01020304).result(10)
+    res = peer.call("recv_results")["results"]
+    assert [r["opcode"] for r in res] == ["SEND", "SEND_WITH_IMM", "WRITE_WITH_IMM"]
+    assert base64.b64decode(res[0]["data"]) == b"hello over rdma" and res[0]["len"] == 15
+    assert base64.b64decode(res[1]["data"]) == b"with imm" and res[1]["imm"] == 0xDEADBEEF
+    assert res[2]["imm"] == 0x01020304
+    assert bytes.fromhex(peer.call("digest")["head"])[:0] == b""
+
+
+def _expect_fail(task: pydoca.Task[Any], exc: type) -> None:
+    with pytest.raises(exc):
+        task.result(10)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_write_without_permission_leaves_target_untouched(local: Local, peer: PeerProc, mode: str) -> None:
+    conn, started = connect(local, peer, mode, access=Access.LOCAL_READ_WRITE | Access.RDMA_READ, fill=0x11)
+    before = peer.call("digest")["sha"]
+    lm = local.local(pattern(4096))
+    rm = local.remote(started["mmap"])
+    _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm, length=4096)), E.NotPermittedError)
+    assert peer.call("digest")["sha"] == before
+
+
+def test_read_and_atomic_without_permission(local: Local, peer: PeerProc) -> None:
+    conn, started = connect(local, peer, "oob", access=Access.LOCAL_READ_WRITE | Access.RDMA_WRITE)
+    lm = local.local(bytearray(64))
+    rm = local.remote(started["mmap"])
+    _expect_fail(local.rdma.read(conn, local.inv.buffer(rm, length=64), local.inv.buffer(lm, empty=True)),
+                 E.NotPermittedError)
+    _expect_fail(local.rdma.fetch_add(conn, local.inv.buffer(rm, length=8), local.inv.buffer(lm, length=8, empty=True),
+                                      add=1), E.NotPermittedError)
+
+
+def test_rdma_context_permissions_are_enforced(local: Local, peer: PeerProc) -> None:
+    """mmap allows writes, but the target's Rdma context does not."""
+    conn, started = connect(local, peer, "oob", permissions=Access.LOCAL_READ_WRITE | Access.RDMA_READ, fill=3)
+    before = peer.call("digest")["sha"]
+    lm = local.local(pattern(128))
+    rm = local.remote(started["mmap"])
+    _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm, length=128)), E.NotPermittedError)
+    assert peer.call("digest")["sha"] == before
+
+
+def _forged(blob: bytes, **changes: int) -> bytes:
+    from rdma_util import forge_export
+    return forge_export(blob, **changes)
+
+
+def test_out_of_bounds_and_wrong_key_and_stopped_mmap(local: Local, peer: PeerProc) -> None:
+    conn, started = connect(local, peer, "oob", fill=0x22)
+    before = peer.call("digest")["sha"]
+    blob = base64.b64decode(started["mmap"])
+    lm = local.local(pattern(4096))
+    # a descriptor claiming a larger range than the peer registered: the target refuses
+    big = pydoca.MemoryMap.from_export(local.dev, _forged(blob, length=SIZE * 4))
+    _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(big, offset=SIZE, length=4096)),
+                 E.NotPermittedError)
+    # a wrong access key
+    bad = pydoca.MemoryMap.from_export(local.dev, _forged(blob, key_xor=1))
+    _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(bad, length=4096)), E.NotPermittedError)
+    assert peer.call("digest")["sha"] == before
+    # a stopped mmap (stale key)
+    peer.call("stop_mmap")
+    good = local.remote(started["mmap"])
+    _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(good, length=4096)), E.NotPermittedError)
+
+
+def test_send_without_receive_fails_like_rnr(local: Local, peer: PeerProc) -> None:
+    conn, _ = connect(local, peer, "oob", rnr_retry=1)
+    m = local.local(bytearray(b"nobody listens"))
+    t0 = time.monotonic()
+    _expect_fail(local.rdma.send(conn, local.inv.buffer(m)), E.TimeOutError)
+    assert time.monotonic() - t0 < 8
+
+
+def test_peer_killed_mid_stream_fails_tasks_within_bound(local: Local, peer: PeerProc) -> None:
+    conn, started = connect(local, peer, "oob")
+    rm = local.remote(started["mmap"])
+    lm = local.local(pattern(SIZE))
+    events = []
+    local.rdma.on_connection = lambda c, st: events.append(st)
+    tasks = [local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm)) for _ in range(64)]
+    peer.kill()
+    t0 = time.monotonic()
+    for t in tasks:
+        t.wait(8)
+    assert time.monotonic() - t0 < 8
+    assert any(t.error is not None for t in tasks)
+    assert all(isinstance(t.error, E.DocaError) for t in tasks if t.error is not None)
+    local.pe.run_until(lambda: conn.closed, 8, what="disconnect callback")
+    assert conn.state in (pydoca.ConnectionState.DISCONNECTED, pydoca.ConnectionState.FAILED)
+    assert events
+
+
+def test_connect_to_closed_port_fails_within_timeout() -> None:
+    loc = Local(timeout_ms=2000)
+    try:
+        t0 = time.monotonic()
+        conn = loc.rdma.connect_to("127.0.0.1", free_port())
+        loc.pe.run_until(lambda: conn.state is not pydoca.ConnectionState.PENDING, 8, what="failure")
+        assert conn.state is pydoca.ConnectionState.FAILED
+        assert time.monotonic() - t0 < 8
+        with pytest.raises(E.DocaError):
+            conn.wait_established(1)
+    finally:
+        loc.close()
+
+
+def test_cm_reject_is_seen_by_requester(local: Local, peer: PeerProc) -> None:
+    port = free_port()
+    peer.call("start", size=4096, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm", port=port,
+              accept=False)
+    conn = local.rdma.connect_to("127.0.0.1", port)
+    local.pe.run_until(lambda: conn.state is not pydoca.ConnectionState.PENDING, 10, what="rejection")
+    assert conn.state is pydoca.ConnectionState.FAILED
+
+
+@pytest.mark.parametrize("how", ["truncated", "bitflip", "garbage", "empty-ish"])
+def test_malformed_connection_blob(local: Local, how: str) -> None:
+    other = Local()
+    try:
+        blob, _ = other.rdma.export()
+        if how == "truncated":
+            bad = blob[: len(blob) // 2]
+        elif how == "bitflip":
+            bad = bytearray(blob)
+            bad[len(bad) // 3] ^= 0x10
+            bad = bytes(bad)
+        elif how == "garbage":
+            bad = bytes(range(256)) * 4
+        else:
+            bad = b"\x00"
+        _, conn = local.rdma.export()
+        with pytest.raises(E.InvalidValueError):
+            local.rdma.connect(bad, conn)
+    finally:
+        other.close()
+
+
+def test_notification_fd_wakes_select_on_completion(local: Local, peer: PeerProc) -> None:
+    conn, started = connect(local, peer, "oob")
+    local.pe.progress_all()
+    lm = local.local(pattern(4096))
+    rm = local.remote(started["mmap"])
+    task = local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm, length=4096))
+    local.pe.request_notification()
+    ready, _, _ = select.select([local.pe.fileno()], [], [], 5)
+    assert ready, "notification fd did not become readable"
+    local.pe.clear_notification()
+    local.pe.run_until(lambda: task.done, 5)
+    assert task.error is None
+
+
+def test_asyncio_tasks(local: Local, peer: PeerProc) -> None:
+    conn, started = connect(local, peer, "oob")
+    src = pattern(8192, seed=3)
+    lm = local.local(src)
+    dst = bytearray(8192)
+    dm = local.local(dst)
+    rm = local.remote(started["mmap"])
+
+    async def go() -> int:
+        await local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm, length=8192))
+        n = await local.rdma.read(conn, local.inv.buffer(rm, length=8192), local.inv.buffer(dm, empty=True))
+        return int(n or 0)
+
+    assert asyncio.run(go()) == 8192
+    assert dst == src
+
+
+def test_ctx_stop_fails_posted_receives(local: Local) -> None:
+    m = local.local(bytearray(64))
+    t = local.rdma.receive(local.inv.buffer(m, empty=True))
+    local.rdma.stop()
+    assert t.done and isinstance(t.error, E.DocaError)
+    assert local.rdma.state is pydoca.CtxState.IDLE
+    assert [p for p in local.rdma.state_history][-1] == (pydoca.CtxState.STOPPING, pydoca.CtxState.IDLE)
