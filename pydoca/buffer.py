@@ -3,10 +3,13 @@
 A Buffer describes a range of a :class:`~pydoca.memory.MemoryMap` plus its
 data section (the bytes a task sends or the room it may fill). It is owned by
 both its inventory and its memory map: closing either closes the buffer first.
+A Buffer collected without ``close()`` is released quietly (no ResourceWarning):
+it is a cheap refcounted descriptor, often a temporary passed to a task.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import weakref
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +41,20 @@ def _release_buf(handle: Any, mmap: MemoryMap) -> None:
     count = ffi.new("uint16_t *")
     check(lib.doca_buf_dec_refcount(handle, count), "doca_buf_dec_refcount")
     del mmap
+
+
+def _collected(name: str, destroy: Callable[[], Any], parent: Optional[Resource]) -> None:
+    """Finalizer of a Buffer collected unclosed: a normal release, so no ResourceWarning.
+
+    A Buffer is a refcounted descriptor, typically a temporary handed to a task;
+    dropping it just returns the descriptor to its inventory. Same argument
+    layout as the Resource finalizer, so ``Resource.close`` can detach it.
+    """
+    try:
+        destroy()
+    except Exception as exc:  # noqa: BLE001 - nothing can be raised from a finalizer
+        log.error("buffer release failed", resource=name, error=str(exc))
+    del parent
 
 
 def _uint(name: str, value: int) -> int:
@@ -127,7 +144,8 @@ class Buffer(Resource):
         buf = cls.__new__(cls)
         Resource.__init__(buf, inventory)
         buf._inventory, buf._mmap, buf._handle = inventory, mmap, handle
-        buf._arm(lambda: _release_buf(handle, mmap))
+        buf._finalizer = weakref.finalize(buf, _collected, cls.__name__, lambda: _release_buf(handle, mmap),
+                                          inventory)
         _link(mmap, buf)
         return buf
 

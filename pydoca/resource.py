@@ -21,14 +21,15 @@ R = TypeVar("R", bound="Resource")
 
 
 def _finalize(name: str, destroy: Callable[[], Any], parent: Optional["Resource"]) -> None:
-    """Run by weakref.finalize: only knows how to destroy, never the object."""
-    warnings.warn(f"pydoca: unclosed {name} destroyed by the garbage collector; "
-                  "use close() or a with-block", ResourceWarning, stacklevel=2)
+    """Run by weakref.finalize: only knows how to destroy, never the object.
+    Destroys first, then warns (the warning may be turned into an error)."""
     try:
         destroy()
     except Exception as exc:  # noqa: BLE001 - nothing can be raised from a finalizer
         log.error("finalizer destroy failed", resource=name, error=str(exc))
     del parent
+    warnings.warn(f"pydoca: unclosed {name} destroyed by the garbage collector; "
+                  "use close() or a with-block", ResourceWarning, stacklevel=2)
 
 
 class Resource:

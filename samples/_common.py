@@ -68,7 +68,9 @@ class SampleError(Exception):
 # -- data pattern ----------------------------------------------------------------
 def pattern(size: int, seed: int = 0) -> bytes:
     """Deterministic, position-dependent bytes: ``(i * 31 + 7 + seed) & 0xff``."""
-    return ((np.arange(size, dtype=np.uint64) * 31 + 7 + seed) & 0xFF).astype(np.uint8).tobytes()
+    period = bytes((i * 31 + 7 + seed) & 0xFF for i in range(256))     # the pattern repeats every 256 bytes
+    whole, rest = divmod(size, 256)
+    return period * whole + period[:rest]
 
 
 def verify(data: Any, expected: bytes, what: str = "data") -> Optional[str]:
@@ -165,6 +167,8 @@ def make_parser(name: str, description: str, *, size: bool = True, iterations: b
         if iterations and role == "requester":
             sub.add_argument("--iterations", type=positive_int, default=1, metavar="N",
                              help="repeat the operation N times (default 1)")
+        sub.add_argument("--seed", type=int, default=0, metavar="N",
+                         help="data pattern seed; both sides must use the same (default 0)")
         sub.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                          help=f"bound of every wait (default {DEFAULT_TIMEOUT:g})")
         sub.add_argument("--progress", choices=("blocking", "polling"), default="blocking",
@@ -239,10 +243,12 @@ class Session:
     """
 
     def __init__(self, args: argparse.Namespace, name: str, *, size: Optional[int], access: Access,
-                 share: bool, peer_shares: bool, initial: Optional[Callable[[int], bytes]] = None,
-                 permissions: Optional[Access] = None) -> None:
+                 share: bool, peer_shares: bool, fill: bool = False,
+                 initial: Optional[Callable[[int], bytes]] = None, permissions: Optional[Access] = None) -> None:
         self.args, self.name, self.role = args, name, args.role
         self.size, self.access, self.share, self.peer_shares = 0, access, share, peer_shares
+        if fill:
+            initial = self.expected
         self.initial = initial
         self.mmap: Optional[MemoryMap] = None
         self.timeout: float = args.timeout
@@ -269,8 +275,8 @@ class Session:
         self.ctrl = bytearray(SLOT * SLOTS)
         self.ctrl_mmap = self.mem.enter_context(MemoryMap(self.dev, self.ctrl, access=Access.LOCAL_READ_WRITE))
         self.inv = self.mem.enter_context(BufferInventory(64))
-        kw = {} if permissions is None else {"permissions": permissions}
-        self.rdma = enter(Rdma(self.dev, self.pe, **kw))
+        default = Access.LOCAL_READ_WRITE | Access.RDMA_WRITE | Access.RDMA_READ
+        self.rdma = enter(Rdma(self.dev, self.pe, permissions=permissions or default))
         if size is not None:
             self._register(size)
 
@@ -279,6 +285,10 @@ class Session:
         self.size = size
         self.memory = bytearray(self.initial(size) if self.initial is not None else bytes(size))
         self.mmap = self.mem.enter_context(MemoryMap(self.dev, self.memory, access=self.access))
+
+    def expected(self, size: Optional[int] = None) -> bytes:
+        """The data pattern (``--seed``) of ``size`` (default: the sample's size) bytes."""
+        return pattern(self.size if size is None else size, self.args.seed)
 
     @property
     def local(self) -> MemoryMap:
@@ -330,10 +340,10 @@ class Session:
         """``task.result()`` bounded by --timeout, with a clear message on failure."""
         try:
             return task.result(self.timeout)
-        except TimeoutError:
-            raise SampleError(f"timed out after {self.timeout:g}s {what}") from None
-        except DocaError as exc:
+        except DocaError as exc:              # the task completed with an error status
             raise SampleError(f"{what} failed: {exc}") from None
+        except TimeoutError:                  # our wait ran out
+            raise SampleError(f"{what}: no completion within {self.timeout:g}s") from None
 
     @property
     def connection(self) -> Connection:
@@ -373,13 +383,13 @@ class Session:
         return "dir" if self.args.descriptor_dir else "cm"
 
     # -- connection setup ------------------------------------------------------------------------
-    def _wait_established(self, conn: Connection, what: str) -> None:
+    def _wait_established(self, conn: Connection, what: str, hint: str = "") -> None:
         try:
             conn.wait_established(self.timeout)
         except TimeoutError:
-            raise SampleError(f"timed out after {self.timeout:g}s waiting for {what}") from None
+            raise SampleError(f"timed out after {self.timeout:g}s waiting for {what}{hint}") from None
         except DocaError:
-            raise SampleError(f"{what} failed: connection {conn.state.value}") from None
+            raise SampleError(f"{what} failed: connection {conn.state.value}{hint}") from None
 
     def _responder_connect(self) -> None:
         if self.mode == "cm":
@@ -388,8 +398,11 @@ class Session:
                 self.rdma.listen(port, accept=lambda c: True)
             except DocaError as exc:
                 raise SampleError(f"cannot listen on port {port} of {self.dev.info.describe()}: {exc}") from None
-            print_status(f"{self.name} responder: listening on {self.dev.info.ipv4 or self.dev.info.ipv6}:{port} "
-                         f"({self.dev.info.ibdev_name})")
+            host = self.args.address
+            if ipaddress.ip_address(host).is_unspecified:
+                host = self.dev.info.ipv4 or self.dev.info.ipv6 or host
+            shown = f"[{host}]" if ":" in host else host
+            print_status(f"{self.name} responder: listening on {shown}:{port} ({self.dev.info.ibdev_name})")
             try:
                 self.pe.run_until(lambda: any(c.established for c in self.rdma.connections), self.timeout,
                                   what=f"a requester to connect to port {port}")
@@ -432,7 +445,7 @@ class Session:
                 conn = self.rdma.connect_to(self.args.address, port)
             except DocaError as exc:
                 raise SampleError(f"cannot connect to {host}:{port}: {exc}") from None
-            self._wait_established(conn, f"the connection to {host}:{port} (is a responder listening?)")
+            self._wait_established(conn, f"connecting to {host}:{port}", " (is a responder listening there?)")
             self.conn = conn
             return hello_rx
         directory = self.args.descriptor_dir
@@ -445,6 +458,7 @@ class Session:
             payload["memory"] = self.local.export_rdma()
         hello_rx = self.post_receive()
         write_descriptor(mine, KIND_REQUESTER, payload)
+        self.stack.callback(_unlink_own, mine)
         self._oob_connect(info, conn, theirs)
         self._wait_established(conn, "the connection to the responder")
         self.conn = conn
@@ -524,7 +538,7 @@ def check_received(s: Session, task: ReceiveTask, opcode: Opcode, immediate: Opt
     if opcode is not Opcode.WRITE_WITH_IMM and received.length != s.size:
         return f"received {received.length} bytes, expected {s.size}"
     what = "written data" if opcode is Opcode.WRITE_WITH_IMM else "received data"
-    return verify(s.memory, pattern(s.size), what)
+    return verify(s.memory, s.expected(), what)
 
 
 def _reason(message: bytes) -> str:
@@ -557,6 +571,10 @@ def read_fresh(path: str, kind: str, timeout: float) -> Dict[str, Any]:
         try:
             info = read_descriptor(path, kind, timeout=max(0.0, deadline - time.monotonic()))
         except DescriptorError as exc:
+            if not os.path.exists(path):
+                peer = "responder" if kind == KIND_RESPONDER else "requester"
+                raise SampleError(f"{path}: descriptor file not found after waiting {timeout:g}s "
+                                  f"(is the {peer} running with the same --descriptor-dir?)") from None
             raise SampleError(str(exc)) from None
         if not _stale(info):
             return info

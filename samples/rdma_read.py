@@ -9,13 +9,13 @@ import argparse
 import sys
 import time
 
-from _common import Access, Session, make_parser, pattern, run, summary, verify
+from _common import Access, Session, make_parser, run, summary, verify
 
 NAME = "rdma_read"
 
 
 def responder(args: argparse.Namespace) -> str:
-    with Session(args, NAME, size=args.size, access=Access.LOCAL_READ_WRITE | Access.RDMA_READ, initial=pattern,
+    with Session(args, NAME, size=args.size, access=Access.LOCAL_READ_WRITE | Access.RDMA_READ, fill=True,
                  share=True, peer_shares=False) as s:
         s.respond()
         s.finish_responder()                    # the requester checks the data
@@ -31,7 +31,7 @@ def requester(args: argparse.Namespace) -> str:
             local.reset()
             s.result(s.rdma.read(s.connection, remote, local), "the RDMA read")
         elapsed = time.monotonic() - start
-        s.finish_requester(verify(s.memory, pattern(s.size), "read data"))
+        s.finish_requester(verify(s.memory, s.expected(), "read data"))
         return summary(NAME, "requester", s.size, elapsed, iterations=args.iterations, note="data verified")
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Optional
 
-from _common import Access, Opcode, Session, check_received, make_parser, pattern, run, summary
+from _common import Access, Opcode, Session, check_received, make_parser, run, summary
 
 NAME = "rdma_send_immediate"
 IMMEDIATE = 0xC0DE5EED
@@ -30,7 +30,7 @@ def responder(args: argparse.Namespace) -> str:
 
 
 def requester(args: argparse.Namespace) -> str:
-    with Session(args, NAME, size=None, access=Access.LOCAL_READ_WRITE, initial=pattern,
+    with Session(args, NAME, size=None, access=Access.LOCAL_READ_WRITE, fill=True,
                  share=False, peer_shares=False) as s:
         s.request()
         start = time.monotonic()

@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 
-from _common import Access, Session, make_parser, pattern, run, summary, verify
+from _common import Access, Session, make_parser, run, summary, verify
 
 NAME = "rdma_write"
 
@@ -19,12 +19,12 @@ def responder(args: argparse.Namespace) -> str:
     with Session(args, NAME, size=args.size, access=Access.LOCAL_READ_WRITE | Access.RDMA_WRITE,
                  share=True, peer_shares=False) as s:
         s.respond()
-        s.finish_responder(lambda: verify(s.memory, pattern(s.size), "written data"))
+        s.finish_responder(lambda: verify(s.memory, s.expected(), "written data"))
         return summary(NAME, "responder", s.size, time.monotonic() - s.established_at, note="data verified")
 
 
 def requester(args: argparse.Namespace) -> str:
-    with Session(args, NAME, size=None, access=Access.LOCAL_READ_WRITE, initial=pattern,
+    with Session(args, NAME, size=None, access=Access.LOCAL_READ_WRITE, fill=True,
                  share=False, peer_shares=True) as s:
         s.request()                             # connected; size and the responder's memory known
         local, remote = s.buffer(), s.buffer(s.peer_mmap, empty=True)

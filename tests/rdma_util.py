@@ -34,9 +34,17 @@ class PeerProc:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
 
     def call(self, op: str, timeout: float = 20.0, **kw: Any) -> Dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.post(op, **kw)
+        return self.answer(op, timeout)
+
+    def post(self, op: str, **kw: Any) -> None:
+        """Send a command without waiting (the peer works while we do)."""
+        assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
         self.proc.stdin.flush()
+
+    def answer(self, op: str, timeout: float = 20.0) -> Dict[str, Any]:
+        assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not ready:
             raise TimeoutError(f"peer did not answer {op} within {timeout}s")
@@ -80,22 +88,24 @@ class Local:
                                                          rnr_retry_count=rnr_retry,
                                                          connection_request_timeout_ms=timeout_ms))
         self.inv = self.stack.enter_context(pydoca.BufferInventory(256))
+        self.keep: list[Any] = []     # maps and buffers the test made, closed with the device
 
     def local(self, data: bytearray, access: Access = Access.LOCAL_READ_WRITE) -> pydoca.MemoryMap:
-        return pydoca.MemoryMap(self.dev, data, access=access)
+        mm = pydoca.MemoryMap(self.dev, data, access=access)
+        self.keep.append(mm)
+        return mm
 
     def remote(self, blob_b64: str) -> pydoca.MemoryMap:
-        return pydoca.MemoryMap.from_export(self.dev, base64.b64decode(blob_b64))
+        mm = pydoca.MemoryMap.from_export(self.dev, base64.b64decode(blob_b64))
+        self.keep.append(mm)
+        return mm
 
     def connect_oob(self, peer: PeerProc, started: Dict[str, Any]) -> pydoca.Connection:
         blob, conn = self.rdma.export()
         self.rdma.connect(base64.b64decode(started["conn"]), conn)
-        peer.proc.stdin.write(json.dumps({"op": "connect", "blob": base64.b64encode(blob).decode()}) + "\n")  # type: ignore[union-attr]
-        peer.proc.stdin.flush()  # type: ignore[union-attr]
+        peer.post("connect", blob=base64.b64encode(blob).decode())
         conn.wait_established(10)
-        ready, _, _ = select.select([peer.proc.stdout], [], [], 10)
-        assert ready, "peer did not confirm connect"
-        assert json.loads(peer.proc.stdout.readline())["ok"]  # type: ignore[union-attr]
+        peer.answer("connect")
         return conn
 
     def close(self) -> None:

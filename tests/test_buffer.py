@@ -1,7 +1,7 @@
 """BufferInventory and Buffer: pool accounting, zero-copy views, data section, refcounts."""
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -181,3 +181,17 @@ def test_read_only_map_views_read_only(dev: Device, inventory: BufferInventory) 
         with inventory.buffer(ro) as buf:
             assert buf.memoryview().readonly
             assert not buf.numpy().flags.writeable
+
+
+def test_dropped_buffer_released_quietly(mm: MemoryMap, inventory: BufferInventory,
+                                         gc_collect: Callable[[], None]) -> None:
+    """A temporary Buffer (e.g. handed to a task) returns to the inventory without a warning."""
+    free = inventory.num_free
+    inventory.buffer(mm)  # dropped at once
+    assert inventory.num_free == free
+    buf = inventory.buffer(mm)
+    twin = buf.dup()
+    del buf, twin
+    gc_collect()
+    assert inventory.num_free == free
+    mm.close()  # nothing left on the map: stop/destroy succeed

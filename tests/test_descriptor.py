@@ -18,7 +18,8 @@ KIND = "test-kind"
 
 
 def _doc(path: Path) -> Dict[str, Any]:
-    return json.loads(path.read_text())
+    doc: Dict[str, Any] = json.loads(path.read_text())
+    return doc
 
 
 def test_round_trip_header_and_bytes(tmp_path: Path) -> None:
@@ -73,7 +74,7 @@ def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path: Path, monkeypa
 
     def boom(src: str, dst: str) -> None:
         raise OSError("simulated crash before rename")
-    monkeypatch.setattr(descriptor.os, "replace", boom)
+    monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(OSError, match="simulated"):
         write_descriptor(path, KIND, {"gen": 2})
     monkeypatch.undo()

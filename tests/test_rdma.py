@@ -45,8 +45,9 @@ def connect(local: Local, peer: PeerProc, mode: str, *, access: Access = ALL_REM
         port = free_port()
         started = peer.call("start", size=size, access=int(access), permissions=int(permissions), mode="cm",
                             port=port, fill=fill, rnr_retry=rnr_retry)
+        peer.post("wait_conn")
         conn = local.rdma.connect_to("127.0.0.1", port).wait_established(10)
-        peer.call("wait_conn")
+        peer.answer("wait_conn")
     return conn, started
 
 
@@ -161,11 +162,11 @@ def test_out_of_bounds_and_wrong_key_and_stopped_mmap(local: Local, peer: PeerPr
     blob = base64.b64decode(started["mmap"])
     lm = local.local(pattern(4096))
     # a descriptor claiming a larger range than the peer registered: the target refuses
-    big = pydoca.MemoryMap.from_export(local.dev, _forged(blob, length=SIZE * 4))
+    big = local.remote(base64.b64encode(_forged(blob, length=SIZE * 4)).decode())
     _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(big, offset=SIZE, length=4096)),
                  E.NotPermittedError)
     # a wrong access key
-    bad = pydoca.MemoryMap.from_export(local.dev, _forged(blob, key_xor=1))
+    bad = local.remote(base64.b64encode(_forged(blob, key_xor=1)).decode())
     _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(bad, length=4096)), E.NotPermittedError)
     assert peer.call("digest")["sha"] == before
     # a stopped mmap (stale key)
@@ -219,9 +220,11 @@ def test_cm_reject_is_seen_by_requester(local: Local, peer: PeerProc) -> None:
     port = free_port()
     peer.call("start", size=4096, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm", port=port,
               accept=False)
+    peer.post("progress", seconds=3)
     conn = local.rdma.connect_to("127.0.0.1", port)
     local.pe.run_until(lambda: conn.state is not pydoca.ConnectionState.PENDING, 10, what="rejection")
     assert conn.state is pydoca.ConnectionState.FAILED
+    peer.answer("progress")
 
 
 @pytest.mark.parametrize("how", ["truncated", "bitflip", "garbage", "empty-ish"])

@@ -128,8 +128,9 @@ def _select() -> BackendInfo:
         raise BackendError("PYDOCA_BACKEND=doca but the DOCA libraries could not be loaded: "
                            + "; ".join(attempts))
     info = _load_soft("real DOCA libraries not found (" + "; ".join(attempts) + ")", attempts)
-    log.warning("pydoca is using softdoca, the software DOCA over TCP: no RDMA hardware offload",
-                reason=info.reason, library=info.paths[0])
+    log.warning("real DOCA not found: using softdoca, the software DOCA over TCP (no hardware offload); "
+                "`pydoca doctor` explains, PYDOCA_BACKEND=soft makes it explicit")
+    log.debug("backend attempts", attempts=attempts, library=info.paths[0])
     return info
 
 

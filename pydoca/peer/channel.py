@@ -58,7 +58,10 @@ class Channel:
         buf = self._recv_bufs[i]
         buf.reset()
         task = self.rdma.receive(buf)
-        task.add_done_callback(lambda t, i=i: self._on_receive(i, t))
+
+        def done(t: "Task[Received]") -> None:
+            self._on_receive(i, t)
+        task.add_done_callback(done)
 
     def _on_receive(self, i: int, task: Task[Received]) -> None:
         if self.closing or self.rdma.closed:
@@ -81,7 +84,7 @@ class Channel:
         if got is None:
             return
         if got.connection is None:
-            log.warning("message from an unknown connection dropped", opcode=got.opcode.name)
+            log.debug("message from an unknown connection dropped", opcode=got.opcode.name)
             return
         try:
             if got.opcode is Opcode.WRITE_WITH_IMM:

@@ -250,6 +250,7 @@ struct sd_link {
 	struct sd_txitem *out_head, *out_tail;   /* requests awaiting a response */
 	size_t out_count;
 	uint64_t last_rx_ns, last_ping_ns;
+	uint64_t last_tx_ns;                     /* last progress sending task frames */
 	int close_after_flush;
 	uint64_t next_req_id;
 };
@@ -294,8 +295,10 @@ struct sd_event {
 	struct doca_rdma_connection *conn;
 };
 
+typedef void (*sd_fnptr)(void);  /* matches any function type in casts */
+
 struct sd_task_conf {
-	void *ok_cb, *err_cb;   /* typed callbacks stored untyped */
+	sd_fnptr ok_cb, err_cb;  /* typed callbacks stored untyped */
 	uint32_t num;
 	int set;
 };
@@ -370,13 +373,18 @@ void sd_link_queue(struct sd_link *link, struct sd_txitem *it);
 /* Queue a control frame with an optional small payload (copied). */
 int sd_link_send_ctrl(struct sd_link *link, const struct sd_hdr *h, const void *payload, size_t len);
 void sd_link_flush(struct sd_link *link);
+/* Same, returns -1 on a fatal socket error (engine thread closes the link). */
+int sd_link_flush_rc(struct sd_link *link);
+void sd_link_update_events(struct sd_link *link);
+/* Hand a closed link to the engine, which frees it at the end of its turn. */
+void sd_eng_bury(struct sd_link *link);
 /* Frame processing of an established link (rdma_wire.c). Returns -1 when the
  * link must be closed (status in *st). */
 int sd_wire_on_header(struct sd_link *link, doca_error_t *st);
 int sd_wire_on_payload_done(struct sd_link *link, doca_error_t *st);
 void sd_wire_deliver_parked(struct doca_rdma *rdma);
 void sd_wire_park_expired(struct sd_link *link);
-void sd_wire_abort_rx(struct sd_link *link);
+void sd_wire_abort_rx(struct sd_link *link, doca_error_t status);
 void sd_link_set_rx_paused(struct sd_link *link, int paused);
 void sd_wire_drop_item(struct sd_txitem *it);
 /* Break the connection of link as an RNR-retry-exceeded / reject does: the
@@ -403,6 +411,18 @@ const uint8_t *sd_rdma_conn_private_data(const struct doca_rdma_connection *conn
 /* Why a connection failed (for logs and tests). */
 enum sd_fail_reason sd_rdma_conn_fail_reason(const struct doca_rdma_connection *conn);
 
+/* internal helpers shared by rdma_conn.c and rdma_cm.c */
+void sd_sock_tune(int fd);
+socklen_t sd_dev_sockaddr(const struct doca_devinfo *info, int v6, uint16_t port, struct sockaddr_storage *ss);
+void sd_addr_from_sockaddr(struct doca_rdma_addr *a, const struct sockaddr_storage *ss, socklen_t len);
+int sd_open_listener(struct doca_rdma *rdma, int v6, uint16_t port, int oob, doca_error_t *err);
+int sd_rdma_ctx_usable(struct doca_rdma *rdma);
+struct doca_rdma_connection *sd_conn_new(struct doca_rdma *rdma);
+void sd_conn_fail(struct doca_rdma_connection *c, enum sd_fail_reason why);
+int sd_conn_send_ctrl(struct sd_link *l, uint8_t op, const void *payload, size_t len);
+/* Open an outgoing link for c to ss; failures end in the failure callback. */
+void sd_conn_dial(struct doca_rdma_connection *c, const struct sockaddr_storage *ss, socklen_t sl);
+
 /* ---------------------------------------------------------------- ctx (rdma_ctx.c) */
 void sd_rdma_queue_event(struct doca_rdma *rdma, enum sd_event_type type, struct doca_rdma_connection *conn);
 int sd_rdma_live(const struct doca_rdma *rdma);
@@ -416,6 +436,11 @@ void sd_rtask_start(struct sd_rtask *t, struct sd_link *link);
 /* Complete with engine lock held. */
 void sd_rtask_complete(struct sd_rtask *t, doca_error_t status);
 uint32_t sd_rnr_budget_ms(const struct doca_rdma *rdma);
+doca_error_t sd_rtask_set_conf(struct doca_rdma *rdma, enum sd_task_type type, sd_fnptr ok, sd_fnptr err,
+			       uint32_t num);
+/* out: struct sd_rtask ** */
+doca_error_t sd_rtask_alloc(struct doca_rdma *rdma, enum sd_task_type type, struct doca_rdma_connection *conn,
+			    union doca_data ud, void *out);
 
 /* buffer helpers */
 /* Gather [data, data+data_len) of each buffer of a list into iov; returns

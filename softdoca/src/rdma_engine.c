@@ -122,287 +122,6 @@ void sd_eng_ep_del(struct sd_ep *ep)
 		epoll_ctl(eng.cur->epfd, EPOLL_CTL_DEL, ep->fd, NULL);
 }
 
-/* ---------------------------------------------------------------- links */
-static void link_update_events(struct sd_link *l)
-{
-	uint32_t ev = 0;
-
-	if (l->dead)
-		return;
-	if (!l->rx_paused)
-		ev |= EPOLLIN;
-	if (l->connecting || l->txq_head)
-		ev |= EPOLLOUT;
-	if (ev != l->ep_events) {
-		l->ep_events = ev;
-		sd_eng_ep_mod(&l->ep, ev);
-	}
-}
-
-void sd_link_set_rx_paused(struct sd_link *l, int paused)
-{
-	l->rx_paused = paused;
-	link_update_events(l);
-}
-
-struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting)
-{
-	struct sd_link *l = calloc(1, sizeof(*l));
-	uint64_t now = sd_now_ns();
-
-	if (!l)
-		return NULL;
-	l->ep.kind = SD_EP_LINK;
-	l->ep.fd = fd;
-	l->rdma = rdma;
-	l->connecting = connecting;
-	l->last_rx_ns = now;
-	l->last_ping_ns = now;
-	l->next_req_id = 1;
-	l->ep_events = EPOLLIN | (connecting ? EPOLLOUT : 0);
-	if (sd_eng_ep_add(&l->ep, l->ep_events) != 0) {
-		free(l);
-		return NULL;
-	}
-	l->next = rdma->links;
-	rdma->links = l;
-	return l;
-}
-
-void sd_wire_drop_item(struct sd_txitem *it)
-{
-	if (it->ref)
-		sd_mmap_release(it->ref);
-	it->ref = NULL;
-	if (!it->task)
-		free(it);
-}
-
-void sd_link_close(struct sd_link *l, doca_error_t status)
-{
-	struct sd_txitem *it, *nx;
-	struct doca_rdma_connection *conn = l->conn;
-	struct sd_link **pp;
-
-	if (l->dead)
-		return;
-	l->dead = 1;
-	sd_eng_ep_del(&l->ep);
-	close(l->ep.fd);
-	l->ep.fd = -1;
-	sd_wire_abort_rx(l);
-	if (l->parked) {
-		l->parked = 0;
-		l->rdma->nparked--;
-		free(l->park_buf);
-		l->park_buf = NULL;
-	}
-	for (it = l->txq_head; it; it = nx) {
-		nx = it->next;
-		if (it->task)
-			sd_rtask_complete(it->task, status);
-		sd_wire_drop_item(it);
-	}
-	l->txq_head = l->txq_tail = NULL;
-	for (it = l->out_head; it; it = nx) {
-		nx = it->next;
-		sd_rtask_complete(it->task, status);
-	}
-	l->out_head = l->out_tail = NULL;
-	l->out_count = 0;
-	for (pp = &l->rdma->links; *pp; pp = &(*pp)->next) {
-		if (*pp == l) {
-			*pp = l->next;
-			break;
-		}
-	}
-	l->next = eng.graveyard;
-	eng.graveyard = l;
-	l->conn = NULL;
-	if (conn) {
-		conn->link = NULL;
-		sd_conn_on_link_closed(conn, status, status != DOCA_ERROR_CONNECTION_ABORTED);
-	}
-	sd_eng_kick();
-}
-
-void sd_link_queue(struct sd_link *l, struct sd_txitem *it)
-{
-	if (!l->txq_head && !l->out_head)
-		l->last_rx_ns = sd_now_ns(); /* idle -> busy: silence is counted from now */
-	it->next = NULL;
-	it->sent = 0;
-	if (l->txq_tail)
-		l->txq_tail->next = it;
-	else
-		l->txq_head = it;
-	l->txq_tail = it;
-}
-
-int sd_link_send_ctrl(struct sd_link *l, const struct sd_hdr *h, const void *payload, size_t len)
-{
-	struct sd_txitem *it = calloc(1, sizeof(*it) + len);
-	struct sd_hdr hh = *h;
-
-	if (!it)
-		return -1;
-	hh.payload_len = (uint32_t)len;
-	sd_hdr_encode(&hh, it->hdr);
-	if (len) {
-		memcpy(it + 1, payload, len);
-		it->iov1.iov_base = it + 1;
-		it->iov1.iov_len = len;
-		it->iov = &it->iov1;
-		it->iovcnt = 1;
-	}
-	it->total = SD_HDR_LEN + len;
-	sd_link_queue(l, it);
-	return 0;
-}
-
-static void item_sent(struct sd_link *l, struct sd_txitem *it)
-{
-	if (it->task) {
-		it->next = NULL;
-		if (l->out_tail)
-			l->out_tail->next = it;
-		else
-			l->out_head = it;
-		l->out_tail = it;
-		l->out_count++;
-	} else {
-		sd_wire_drop_item(it);
-	}
-}
-
-/* Send as much of the tx queue as the socket takes. Returns -1 on a fatal
- * socket error (the caller closes the link, or lets the engine see it). */
-static int link_flush(struct sd_link *l)
-{
-	struct iovec v[64];
-
-	while (!l->dead && !l->connecting && l->txq_head) {
-		struct sd_txitem *it;
-		int n = 0;
-		struct msghdr msg;
-		ssize_t r;
-
-		for (it = l->txq_head; it && n < 64; it = it->next) {
-			size_t off = it->sent;
-
-			if (off < SD_HDR_LEN) {
-				v[n].iov_base = it->hdr + off;
-				v[n].iov_len = SD_HDR_LEN - off;
-				n++;
-				off = 0;
-			} else {
-				off -= SD_HDR_LEN;
-			}
-			for (int i = 0; i < it->iovcnt && n < 64; i++) {
-				if (off >= it->iov[i].iov_len) {
-					off -= it->iov[i].iov_len;
-					continue;
-				}
-				v[n].iov_base = (uint8_t *)it->iov[i].iov_base + off;
-				v[n].iov_len = it->iov[i].iov_len - off;
-				off = 0;
-				if (v[n].iov_len)
-					n++;
-			}
-		}
-		memset(&msg, 0, sizeof(msg));
-		msg.msg_iov = v;
-		msg.msg_iovlen = (size_t)n;
-		r = sendmsg(l->ep.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				break;
-			link_update_events(l);
-			return -1;
-		}
-		while (r > 0 && l->txq_head) {
-			size_t take;
-
-			it = l->txq_head;
-			take = it->total - it->sent;
-			if ((size_t)r < take)
-				take = (size_t)r;
-			it->sent += take;
-			r -= (ssize_t)take;
-			if (it->sent == it->total) {
-				l->txq_head = it->next;
-				if (!l->txq_head)
-					l->txq_tail = NULL;
-				item_sent(l, it);
-			}
-		}
-	}
-	link_update_events(l);
-	return 0;
-}
-
-void sd_link_drain(struct sd_link *l, doca_error_t status)
-{
-	struct doca_rdma_connection *conn = l->conn;
-	struct sd_txitem *it, **pp;
-
-	if (l->dead || l->draining)
-		return;
-	if (l->txq_head && l->txq_head->task && l->txq_head->sent) {
-		/* a request is half on the wire: nothing can follow it */
-		sd_link_close(l, status);
-		return;
-	}
-	sd_wire_abort_rx(l);
-	l->rx_state = SD_RX_HDR;
-	l->rx_hdr_got = 0;
-	for (pp = &l->txq_head; *pp;) {
-		it = *pp;
-		if (it->task) {
-			*pp = it->next;
-			sd_rtask_complete(it->task, status);
-		} else {
-			pp = &it->next;
-		}
-	}
-	l->txq_tail = NULL;
-	for (it = l->txq_head; it; it = it->next)
-		l->txq_tail = it;
-	while (l->out_head) {
-		it = l->out_head;
-		l->out_head = it->next;
-		sd_rtask_complete(it->task, status);
-	}
-	l->out_tail = NULL;
-	l->out_count = 0;
-	if (l->parked) {
-		l->parked = 0;
-		l->rdma->nparked--;
-		free(l->park_buf);
-		l->park_buf = NULL;
-	}
-	l->draining = 1;
-	l->close_after_flush = 1;
-	l->deadline_ns = sd_now_ns() + eng.timeout_ns;
-	l->rx_paused = 0;
-	l->conn = NULL;
-	if (conn) {
-		conn->link = NULL;
-		sd_conn_on_link_closed(conn, status, 1);
-	}
-	sd_link_flush(l);
-}
-
-void sd_link_flush(struct sd_link *l)
-{
-	/* Errors surface to the engine as EPOLLERR/EPOLLHUP. */
-	(void)link_flush(l);
-	if (!l->txq_head && l->close_after_flush && !l->dead)
-		shutdown(l->ep.fd, SHUT_WR);
-}
-
 /* ---------------------------------------------------------------- rx */
 static void iov_advance(struct iovec **iov, int *cnt, size_t n)
 {
@@ -540,7 +259,7 @@ static void link_on_event(struct sd_link *l, uint32_t events)
 		}
 	}
 	if (!l->dead && l->txq_head) {
-		if (link_flush(l) != 0) {
+		if (sd_link_flush_rc(l) != 0) {
 			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
 			return;
 		}
@@ -585,20 +304,25 @@ static uint64_t link_timers(struct sd_link *l, uint64_t now)
 			l->park_nak_ns = now + T / 4;
 		}
 		next = min_dl(next, min_dl(l->park_deadline_ns, l->park_nak_ns));
-	} else if (l->conn && (l->out_head || l->txq_head)) {
-		if (now - l->last_rx_ns >= T) {
+	} else if (l->conn && l->conn->state == SDC_ESTABLISHED && (l->out_head || l->txq_head)) {
+		/* alive: the peer sent something, or took more of our data */
+		uint64_t alive = l->last_rx_ns > l->last_tx_ns ? l->last_rx_ns : l->last_tx_ns;
+		uint64_t ping_due = (alive > l->last_ping_ns ? alive : l->last_ping_ns) + T / 4;
+
+		if (now - alive >= T) {
 			SD_WARN("rdma: peer silent for %llu ms with work outstanding, declaring it dead",
 				(unsigned long long)(T / 1000000));
 			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
 			return 0;
 		}
-		if (now - l->last_rx_ns >= T / 4 && now - l->last_ping_ns >= T / 4) {
+		if (now >= ping_due) {
 			struct sd_hdr h = {.opcode = SD_OP_PING};
 			sd_link_send_ctrl(l, &h, NULL, 0);
 			sd_link_flush(l);
 			l->last_ping_ns = now;
+			ping_due = now + T / 4;
 		}
-		next = min_dl(next, min_dl(l->last_rx_ns + T, l->last_ping_ns + T / 4));
+		next = min_dl(next, min_dl(alive + T, ping_due));
 	}
 	return next;
 }
@@ -613,6 +337,10 @@ static uint64_t eng_timers(uint64_t now)
 		for (l = r->links; l; l = nx) {
 			nx = l->next;
 			next = min_dl(next, link_timers(l, now));
+			/* Application threads queue work without waking the engine:
+			 * while links exist, look at them at least every T/4. */
+			if (!l->dead)
+				next = min_dl(next, now + eng.timeout_ns / 4);
 		}
 		next = min_dl(next, sd_conn_check_deadlines(r, now));
 	}
@@ -620,6 +348,12 @@ static uint64_t eng_timers(uint64_t now)
 }
 
 /* ---------------------------------------------------------------- thread */
+void sd_eng_bury(struct sd_link *l)
+{
+	l->next = eng.graveyard;
+	eng.graveyard = l;
+}
+
 static void eng_free_graveyard(void)
 {
 	while (eng.graveyard) {

@@ -114,10 +114,12 @@ static doca_error_t remote_access(struct sd_link *l, const struct sd_hdr *h, uin
 	doca_error_t rc;
 
 	*ref = NULL;
-	if (h->instance != sd_instance_id() || (l->rdma->permissions & perm) != perm)
+	if ((l->rdma->permissions & perm) != perm)
 		return DOCA_ERROR_NOT_PERMITTED;
-	if (len == 0)
+	if (len == 0) /* nothing is touched: no key needed */
 		return DOCA_SUCCESS;
+	if (h->instance != sd_instance_id())
+		return DOCA_ERROR_NOT_PERMITTED;
 	rc = sd_mmap_acquire(h->map_id, h->key, h->raddr, len, perm, ref);
 	if (rc != DOCA_SUCCESS) {
 		*ref = NULL;
@@ -582,7 +584,7 @@ void sd_wire_park_expired(struct sd_link *l)
 	rnr_fail(l, &h);
 }
 
-void sd_wire_abort_rx(struct sd_link *l)
+void sd_wire_abort_rx(struct sd_link *l, doca_error_t status)
 {
 	if (l->rx_ref) {
 		sd_mmap_release(l->rx_ref);
@@ -590,7 +592,7 @@ void sd_wire_abort_rx(struct sd_link *l)
 	}
 	/* a receive being filled belongs to the ctx, not to the outstanding list */
 	if (l->rx_task && l->rx_task->type == SD_T_RECV)
-		sd_rtask_complete(l->rx_task, DOCA_ERROR_CONNECTION_RESET);
+		sd_rtask_complete(l->rx_task, status);
 	l->rx_task = NULL;
 	l->rx_action = SD_RXA_NONE;
 }

@@ -1,0 +1,600 @@
+/*
+ * softdoca RDMA connections: out-of-band export/connect, the RDMA CM flavour
+ * (listen / accept / reject / connect_to_addr), disconnect, addresses.
+ *
+ * Export/connect pairing: doca_rdma_export creates a connection with a random
+ * 128-bit token and returns a CRC-protected blob (rdma.h) naming this
+ * context's engine listener (device address, ephemeral port), the process
+ * instance id and the token. doca_rdma_connect compares (instance, token) of
+ * both sides: the greater one dials the other's listener and sends HELLO with
+ * its own instance/token and the token it is connecting to; the other side
+ * matches the token to its exported connection, checks the dialer's identity
+ * against the blob it was given (a HELLO that arrives before the app called
+ * doca_rdma_connect is held until then) and answers HELLO_ACK. Both sides are
+ * then established. Every handshake is bounded by the connection request
+ * timeout.
+ *
+ * RDMA CM: the client dials the listener and sends CM_REQ; the server's
+ * request callback decides: CM_ACCEPT (with private data, kept on the
+ * client's connection) answered by CM_RTU, or CM_REJECT. Connections beyond
+ * max_num_connections are rejected automatically (doca_rdma_export and
+ * doca_rdma_connect_to_addr return DOCA_ERROR_FULL).
+ *
+ * Local doca_rdma_connection_disconnect flushes the connection's tasks with
+ * DOCA_ERROR_CONNECTION_ABORTED and fires no local callback; the peer gets its
+ * disconnect callback and DOCA_ERROR_CONNECTION_RESET for its tasks.
+ */
+#define _GNU_SOURCE
+#include "rdma.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- objects */
+static int cmp_ident(uint64_t ia, const uint8_t *ta, uint64_t ib, const uint8_t *tb)
+{
+	if (ia != ib)
+		return ia > ib ? 1 : -1;
+	return memcmp(ta, tb, SD_RDMA_TOKEN_LEN);
+}
+
+struct doca_rdma_connection *sd_conn_new(struct doca_rdma *rdma)
+{
+	struct doca_rdma_connection *c = calloc(1, sizeof(*c)), **pp;
+
+	if (!c)
+		return NULL;
+	if (sd_random_bytes(c->token, sizeof(c->token)) != 0) {
+		free(c);
+		return NULL;
+	}
+	c->rdma = rdma;
+	c->id = rdma->next_conn_id++;
+	c->close_status = DOCA_ERROR_NOT_CONNECTED;
+	for (pp = &rdma->conns; *pp; pp = &(*pp)->next)
+		;
+	*pp = c;
+	rdma->nconns_active++;
+	return c;
+}
+
+void sd_conn_free_all(struct doca_rdma *rdma)
+{
+	while (rdma->conns) {
+		struct doca_rdma_connection *c = rdma->conns;
+		rdma->conns = c->next;
+		free(c);
+	}
+	rdma->nconns_active = 0;
+}
+
+void sd_conn_fail_waiting(struct doca_rdma_connection *conn, doca_error_t status)
+{
+	while (conn->wq_head) {
+		struct sd_rtask *t = conn->wq_head;
+		conn->wq_head = t->qnext;
+		t->qnext = NULL;
+		sd_rtask_complete(t, status);
+	}
+	conn->wq_tail = NULL;
+}
+
+void sd_conn_established(struct doca_rdma_connection *conn)
+{
+	struct sd_link *l = conn->link;
+
+	conn->state = SDC_ESTABLISHED;
+	conn->ever_established = 1;
+	conn->deadline_ns = 0;
+	l->deadline_ns = 0;
+	l->last_rx_ns = sd_now_ns();
+	sd_rdma_queue_event(conn->rdma, SD_EV_ESTABLISHED, conn);
+	while (conn->wq_head) {
+		struct sd_rtask *t = conn->wq_head;
+		conn->wq_head = t->qnext;
+		t->qnext = NULL;
+		sd_rtask_start(t, l);
+	}
+	conn->wq_tail = NULL;
+	sd_link_flush(l);
+}
+
+void sd_conn_on_link_closed(struct doca_rdma_connection *conn, doca_error_t status, int notify)
+{
+	enum sd_conn_state prev = conn->state;
+
+	if (conn->link) {
+		struct sd_link *l = conn->link;
+		conn->link = NULL;
+		l->conn = NULL;
+		sd_link_close(l, status);
+	}
+	if (prev == SDC_CLOSED)
+		return;
+	conn->state = SDC_CLOSED;
+	conn->close_status = status == DOCA_ERROR_CONNECTION_ABORTED ? status : DOCA_ERROR_CONNECTION_RESET;
+	if (conn->rdma->nconns_active)
+		conn->rdma->nconns_active--;
+	sd_conn_fail_waiting(conn, status);
+	if (!conn->ever_established && conn->fail_reason == SD_FAIL_NONE)
+		conn->fail_reason = SD_FAIL_LOST;
+	if (!notify)
+		return;
+	if (conn->ever_established)
+		sd_rdma_queue_event(conn->rdma, SD_EV_DISCONNECT, conn);
+	else if (prev != SDC_EXPORTED)
+		sd_rdma_queue_event(conn->rdma, SD_EV_FAILURE, conn);
+}
+
+void sd_conn_fail(struct doca_rdma_connection *c, enum sd_fail_reason why)
+{
+	c->fail_reason = why;
+	if (c->link)
+		sd_link_close(c->link, DOCA_ERROR_CONNECTION_RESET);
+	else
+		sd_conn_on_link_closed(c, DOCA_ERROR_CONNECTION_RESET, 1);
+}
+
+uint64_t sd_conn_check_deadlines(struct doca_rdma *rdma, uint64_t now)
+{
+	uint64_t next = 0;
+
+	for (struct doca_rdma_connection *c = rdma->conns; c; c = c->next) {
+		if ((c->state != SDC_CONNECTING && c->state != SDC_ACCEPTING) || !c->deadline_ns)
+			continue;
+		if (now >= c->deadline_ns) {
+			SD_WARN("rdma: connection %u: connection request timed out (%u ms)", c->id,
+				(unsigned)rdma->timeout_ms);
+			sd_conn_fail(c, SD_FAIL_TIMEOUT);
+			continue;
+		}
+		if (!next || c->deadline_ns < next)
+			next = c->deadline_ns;
+	}
+	return next;
+}
+
+const uint8_t *sd_rdma_conn_private_data(const struct doca_rdma_connection *conn, uint8_t *len)
+{
+	if (len)
+		*len = conn ? conn->priv_len : 0;
+	return conn && conn->priv_len ? conn->priv : NULL;
+}
+
+enum sd_fail_reason sd_rdma_conn_fail_reason(const struct doca_rdma_connection *conn)
+{
+	return conn ? conn->fail_reason : SD_FAIL_NONE;
+}
+
+/* ---------------------------------------------------------------- handshake */
+int sd_conn_send_ctrl(struct sd_link *l, uint8_t op, const void *payload, size_t len)
+{
+	struct sd_hdr h = {.opcode = op};
+
+	return sd_link_send_ctrl(l, &h, payload, len);
+}
+
+/* Pair an incoming OOB link carrying a HELLO with conn (connect called). */
+static int oob_attach(struct doca_rdma_connection *c, struct sd_link *l)
+{
+	if (c->link || c->dialer || l->hello_instance != c->peer_instance ||
+	    memcmp(l->hello_token, c->peer_token, SD_RDMA_TOKEN_LEN) != 0) {
+		SD_WARN("rdma: HELLO does not match the connection details given to doca_rdma_connect");
+		return -1;
+	}
+	l->conn = c;
+	c->link = l;
+	l->have_hello = 0;
+	sd_link_set_rx_paused(l, 0);
+	if (sd_conn_send_ctrl(l, SD_OP_HELLO_ACK, NULL, 0) != 0)
+		return -1;
+	sd_conn_established(c);
+	return 0;
+}
+
+void sd_conn_on_connected(struct sd_link *l, int err)
+{
+	struct doca_rdma_connection *c = l->conn;
+	uint8_t p[SD_HELLO_LEN];
+
+	if (!c) {
+		sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+		return;
+	}
+	if (err) {
+		SD_WARN("rdma: connection %u: connect to %s:%u failed: %s", c->id, c->peer.str,
+			(unsigned)c->peer.port, strerror(err));
+		sd_conn_fail(c, SD_FAIL_REFUSED);
+		return;
+	}
+	sd_put_le64(p, sd_instance_id());
+	memcpy(p + 8, c->token, SD_RDMA_TOKEN_LEN);
+	if (c->is_cm) {
+		if (sd_conn_send_ctrl(l, SD_OP_CM_REQ, p, SD_CMREQ_LEN) != 0)
+			sd_conn_fail(c, SD_FAIL_LOST);
+		return;
+	}
+	memcpy(p + 8 + SD_RDMA_TOKEN_LEN, c->peer_token, SD_RDMA_TOKEN_LEN);
+	if (sd_conn_send_ctrl(l, SD_OP_HELLO, p, SD_HELLO_LEN) != 0)
+		sd_conn_fail(c, SD_FAIL_LOST);
+}
+
+int sd_conn_on_handshake(struct sd_link *l, const struct sd_hdr *h, const uint8_t *p)
+{
+	struct doca_rdma *rdma = l->rdma;
+	struct doca_rdma_connection *c = l->conn;
+
+	switch (h->opcode) {
+	case SD_OP_HELLO:
+		if (c || l->from_listener != 1 || l->have_hello || h->payload_len != SD_HELLO_LEN)
+			return -1;
+		l->hello_instance = sd_get_le64(p);
+		memcpy(l->hello_token, p + 8, SD_RDMA_TOKEN_LEN);
+		memcpy(l->hello_target, p + 8 + SD_RDMA_TOKEN_LEN, SD_RDMA_TOKEN_LEN);
+		l->have_hello = 1;
+		for (c = rdma->conns; c; c = c->next) {
+			if (c->is_cm || memcmp(c->token, l->hello_target, SD_RDMA_TOKEN_LEN) != 0)
+				continue;
+			if (c->state == SDC_EXPORTED) {
+				/* the app has not called doca_rdma_connect yet: hold it */
+				sd_link_set_rx_paused(l, 1);
+				return 0;
+			}
+			if (c->state == SDC_CONNECTING)
+				return oob_attach(c, l);
+			return -1;
+		}
+		SD_WARN("rdma: HELLO for an unknown connection token");
+		return -1;
+	case SD_OP_HELLO_ACK:
+		if (!c || c->is_cm || !c->dialer || c->state != SDC_CONNECTING || h->payload_len)
+			return -1;
+		sd_conn_established(c);
+		return 0;
+	case SD_OP_CM_REQ:
+		if (c || l->from_listener != 2 || h->payload_len != SD_CMREQ_LEN)
+			return -1;
+		if (rdma->nconns_active >= rdma->max_conns || !rdma->running) {
+			SD_WARN("rdma: connection request rejected: %u connections in use", rdma->nconns_active);
+			sd_conn_send_ctrl(l, SD_OP_CM_REJECT, NULL, 0);
+			sd_link_drain(l, DOCA_ERROR_CONNECTION_ABORTED);
+			return 0;
+		} else {
+			struct sockaddr_storage ss;
+			socklen_t sl = sizeof(ss);
+
+			c = sd_conn_new(rdma);
+			if (!c)
+				return -1;
+			c->is_cm = 1;
+			c->state = SDC_REQUESTED;
+			c->peer_instance = sd_get_le64(p);
+			memcpy(c->peer_token, p + 8, SD_RDMA_TOKEN_LEN);
+			if (getpeername(l->ep.fd, (struct sockaddr *)&ss, &sl) == 0)
+				sd_addr_from_sockaddr(&c->peer, &ss, sl);
+			c->link = l;
+			l->conn = c;
+			l->deadline_ns = 0;
+			sd_rdma_queue_event(rdma, SD_EV_REQUEST, c);
+			return 0;
+		}
+	case SD_OP_CM_ACCEPT:
+		if (!c || !c->cm_client || c->state != SDC_CONNECTING)
+			return -1;
+		memcpy(c->priv, p, h->payload_len);
+		c->priv_len = (uint8_t)h->payload_len;
+		if (sd_conn_send_ctrl(l, SD_OP_CM_RTU, NULL, 0) != 0)
+			return -1;
+		sd_conn_established(c);
+		return 0;
+	case SD_OP_CM_REJECT:
+		if (!c || !c->cm_client || c->state != SDC_CONNECTING)
+			return -1;
+		SD_WARN("rdma: connection %u: connection request rejected by the peer", c->id);
+		sd_conn_fail(c, SD_FAIL_REJECTED);
+		return 0;
+	case SD_OP_CM_RTU:
+		if (!c || !c->is_cm || c->cm_client || c->state != SDC_ACCEPTING)
+			return -1;
+		sd_conn_established(c);
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+/* ---------------------------------------------------------------- blob */
+static void blob_encode(struct doca_rdma_connection *c, const struct sockaddr_storage *ss)
+{
+	uint8_t *b = c->blob;
+
+	memset(b, 0, SD_BLOB_LEN);
+	sd_put_le32(b, SD_BLOB_MAGIC);
+	sd_put_le16(b + 4, SD_BLOB_VERSION);
+	sd_put_le16(b + 6, SD_BLOB_LEN);
+	sd_put_le64(b + 8, sd_instance_id());
+	memcpy(b + 16, c->token, SD_RDMA_TOKEN_LEN);
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+		b[32 + 10] = 0xff;
+		b[32 + 11] = 0xff;
+		memcpy(b + 32 + 12, &a->sin_addr, 4);
+		sd_put_le16(b + 48, ntohs(a->sin_port));
+		b[50] = 4;
+	} else {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+		memcpy(b + 32, &a->sin6_addr, 16);
+		sd_put_le16(b + 48, ntohs(a->sin6_port));
+		b[50] = 6;
+		sd_put_le32(b + 52, a->sin6_scope_id);
+	}
+	sd_put_le32(b + 60, sd_crc32(b, 60));
+}
+
+static doca_error_t blob_parse(const uint8_t *b, size_t len, uint64_t *inst, uint8_t *token,
+			       struct sockaddr_storage *ss, socklen_t *sl)
+{
+	static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	uint16_t port;
+
+	if (len != SD_BLOB_LEN || sd_get_le32(b) != SD_BLOB_MAGIC || sd_get_le16(b + 4) != SD_BLOB_VERSION ||
+	    sd_get_le16(b + 6) != SD_BLOB_LEN || sd_get_le32(b + 60) != sd_crc32(b, 60) || b[51] != 0 ||
+	    sd_get_le32(b + 56) != 0)
+		return DOCA_ERROR_INVALID_VALUE;
+	port = sd_get_le16(b + 48);
+	if (port == 0)
+		return DOCA_ERROR_INVALID_VALUE;
+	*inst = sd_get_le64(b + 8);
+	memcpy(token, b + 16, SD_RDMA_TOKEN_LEN);
+	memset(ss, 0, sizeof(*ss));
+	if (b[50] == 4) {
+		struct sockaddr_in *a = (struct sockaddr_in *)ss;
+		if (memcmp(b + 32, mapped, 12) != 0 || sd_get_le32(b + 52) != 0)
+			return DOCA_ERROR_INVALID_VALUE;
+		a->sin_family = AF_INET;
+		a->sin_port = htons(port);
+		memcpy(&a->sin_addr, b + 44, 4);
+		*sl = sizeof(*a);
+	} else if (b[50] == 6) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons(port);
+		memcpy(&a->sin6_addr, b + 32, 16);
+		a->sin6_scope_id = sd_get_le32(b + 52);
+		*sl = sizeof(*a);
+	} else {
+		return DOCA_ERROR_INVALID_VALUE;
+	}
+	return DOCA_SUCCESS;
+}
+
+int sd_rdma_ctx_usable(struct doca_rdma *rdma)
+{
+	return rdma->running &&
+	       (rdma->ctx.state == DOCA_CTX_STATE_RUNNING || rdma->ctx.state == DOCA_CTX_STATE_STARTING);
+}
+
+/* Outgoing link for conn to ss. Engine lock held. */
+void sd_conn_dial(struct doca_rdma_connection *c, const struct sockaddr_storage *ss, socklen_t sl)
+{
+	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int rc;
+	struct sd_link *l;
+
+	if (fd < 0) {
+		sd_conn_fail(c, SD_FAIL_REFUSED);
+		return;
+	}
+	sd_sock_tune(fd);
+	rc = connect(fd, (const struct sockaddr *)ss, sl);
+	if (rc != 0 && errno != EINPROGRESS) {
+		SD_WARN("rdma: connection %u: connect to %s:%u failed: %s", c->id, c->peer.str,
+			(unsigned)c->peer.port, strerror(errno));
+		close(fd);
+		sd_conn_fail(c, SD_FAIL_REFUSED);
+		return;
+	}
+	l = sd_link_new(c->rdma, fd, rc != 0);
+	if (!l) {
+		close(fd);
+		sd_conn_fail(c, SD_FAIL_LOST);
+		return;
+	}
+	l->conn = c;
+	c->link = l;
+	if (rc == 0)
+		sd_conn_on_connected(l, 0);
+	if (!l->dead)
+		sd_link_flush(l);
+}
+
+/* ---------------------------------------------------------------- OOB API */
+SD_EXPORT doca_error_t doca_rdma_export(struct doca_rdma *rdma, const void **details, size_t *size,
+					struct doca_rdma_connection **conn)
+{
+	struct doca_rdma_connection *c;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	doca_error_t rc = DOCA_SUCCESS;
+
+	if (!rdma || !details || !size || !conn)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (!sd_rdma_live(rdma))
+		return DOCA_ERROR_BAD_STATE;
+	sd_eng_lock();
+	if (!sd_rdma_ctx_usable(rdma)) {
+		rc = DOCA_ERROR_BAD_STATE;
+		goto out;
+	}
+	if (rdma->nconns_active >= rdma->max_conns) {
+		rc = DOCA_ERROR_FULL;
+		goto out;
+	}
+	if (!rdma->oob) {
+		const struct doca_devinfo *in = &rdma->dev->info;
+		if (!in->has_ipv4 && !in->has_ipv6) {
+			rc = DOCA_ERROR_NOT_SUPPORTED;
+			goto out;
+		}
+		if (sd_open_listener(rdma, !in->has_ipv4, 0, 1, &rc) != 0)
+			goto out;
+	}
+	if (getsockname(rdma->oob->ep.fd, (struct sockaddr *)&ss, &sl) != 0) {
+		rc = DOCA_ERROR_OPERATING_SYSTEM;
+		goto out;
+	}
+	c = sd_conn_new(rdma);
+	if (!c) {
+		rc = DOCA_ERROR_NO_MEMORY;
+		goto out;
+	}
+	c->state = SDC_EXPORTED;
+	blob_encode(c, &ss);
+	*details = c->blob;
+	*size = SD_BLOB_LEN;
+	*conn = c;
+out:
+	sd_eng_unlock();
+	return rc;
+}
+
+SD_EXPORT doca_error_t doca_rdma_connect(struct doca_rdma *rdma, const void *details, size_t size,
+					 struct doca_rdma_connection *c)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = 0;
+	uint64_t inst;
+	uint8_t token[SD_RDMA_TOKEN_LEN];
+	doca_error_t rc;
+
+	if (!rdma || !details || !c)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (!sd_rdma_live(rdma))
+		return DOCA_ERROR_BAD_STATE;
+	rc = blob_parse(details, size, &inst, token, &ss, &sl);
+	if (rc != DOCA_SUCCESS)
+		return rc;
+	sd_eng_lock();
+	if (!sd_rdma_ctx_usable(rdma)) {
+		rc = DOCA_ERROR_BAD_STATE;
+		goto out;
+	}
+	{
+		struct doca_rdma_connection *x = rdma->conns;
+		while (x && x != c)
+			x = x->next;
+		if (!x) {
+			rc = DOCA_ERROR_INVALID_VALUE;
+			goto out;
+		}
+	}
+	if (c->is_cm || c->state != SDC_EXPORTED) {
+		rc = DOCA_ERROR_BAD_STATE;
+		goto out;
+	}
+	if (cmp_ident(sd_instance_id(), c->token, inst, token) == 0) {
+		rc = DOCA_ERROR_INVALID_VALUE; /* our own details */
+		goto out;
+	}
+	c->peer_instance = inst;
+	memcpy(c->peer_token, token, SD_RDMA_TOKEN_LEN);
+	sd_addr_from_sockaddr(&c->peer, &ss, sl);
+	c->state = SDC_CONNECTING;
+	c->deadline_ns = sd_now_ns() + (uint64_t)rdma->timeout_ms * 1000000ull;
+	c->dialer = cmp_ident(sd_instance_id(), c->token, inst, token) > 0;
+	if (c->dialer) {
+		sd_conn_dial(c, &ss, sl);
+	} else {
+		struct sd_link *l, *nx;
+
+		for (l = rdma->links; l; l = nx) {
+			nx = l->next;
+			if (l->conn || !l->have_hello || memcmp(l->hello_target, c->token, SD_RDMA_TOKEN_LEN) != 0)
+				continue;
+			if (oob_attach(c, l) != 0)
+				sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+			break;
+		}
+	}
+	rc = DOCA_SUCCESS;
+out:
+	sd_eng_unlock();
+	return rc;
+}
+
+SD_EXPORT doca_error_t doca_rdma_connection_disconnect(struct doca_rdma_connection *c)
+{
+	if (!c)
+		return DOCA_ERROR_INVALID_VALUE;
+	sd_eng_lock();
+	if (c->state != SDC_CLOSED) {
+		struct sd_link *l = c->link;
+
+		if (l && c->state == SDC_ESTABLISHED && !(l->txq_head && l->txq_head->sent)) {
+			struct sd_hdr h = {.opcode = SD_OP_DISCONNECT};
+			/* at the head of the queue: goes out before anything else */
+			struct sd_txitem *keep = l->txq_head, *keep_tail = l->txq_tail;
+			l->txq_head = l->txq_tail = NULL;
+			if (sd_link_send_ctrl(l, &h, NULL, 0) == 0)
+				sd_link_flush(l);
+			if (l->txq_head) { /* not sent: restore for the close path */
+				l->txq_tail->next = keep;
+				if (keep)
+					l->txq_tail = keep_tail;
+			} else {
+				l->txq_head = keep;
+				l->txq_tail = keep_tail;
+			}
+		}
+		if (l)
+			sd_link_close(l, DOCA_ERROR_CONNECTION_ABORTED);
+		else
+			sd_conn_on_link_closed(c, DOCA_ERROR_CONNECTION_ABORTED, 0);
+	}
+	sd_eng_unlock();
+	return DOCA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- getters */
+SD_EXPORT doca_error_t doca_rdma_connection_set_user_data(struct doca_rdma_connection *c, union doca_data ud)
+{
+	if (!c)
+		return DOCA_ERROR_INVALID_VALUE;
+	c->user_data = ud;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_rdma_connection_get_user_data(const struct doca_rdma_connection *c,
+							  union doca_data *ud)
+{
+	if (!c || !ud)
+		return DOCA_ERROR_INVALID_VALUE;
+	*ud = c->user_data;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_rdma_connection_get_id(const struct doca_rdma_connection *c, uint32_t *id)
+{
+	if (!c || !id)
+		return DOCA_ERROR_INVALID_VALUE;
+	*id = c->id;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_rdma_connection_get_addr(const struct doca_rdma_connection *c,
+						     struct doca_rdma_addr **addr)
+{
+	if (!c || !addr)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (c->peer.sslen == 0)
+		return DOCA_ERROR_NOT_CONNECTED;
+	*addr = (struct doca_rdma_addr *)&c->peer;
+	return DOCA_SUCCESS;
+}
+
