@@ -124,6 +124,9 @@ class BufferInventory(Resource):
         _uint("offset", offset)
         length = mmap.length - offset if length is None else _uint("length", length)
         data_len = 0 if empty else (length if data_len is None else _uint("data_len", data_len))
+        if offset + length > mmap.length or data_len > length:
+            raise InvalidValueError(f"buffer {offset}+{length} (data_len {data_len}) does not fit the "
+                                    f"{mmap.length}-byte MemoryMap")
         addr = ffi.cast("void *", mmap.address + offset)
         out = ffi.new("struct doca_buf **")
         check(lib.doca_buf_inventory_buf_get_by_args(self.handle, mmap.handle, addr, length, addr, data_len, out),

@@ -42,7 +42,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-import pydoca
+try:
+    import pydoca
+except ImportError as _exc:                      # no backend (pydoca.BackendError) or not installed
+    sys.exit(f"{os.path.basename(sys.argv[0])}: FAILED: cannot load pydoca: {_exc}")
 from pydoca import (Access, Buffer, BufferInventory, Connection, Device, MemoryMap, Opcode, ProgressEngine, Rdma,
                     Received)
 from pydoca.descriptor import DescriptorError, decode_document, encode_payload, read_descriptor, write_descriptor

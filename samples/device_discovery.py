@@ -11,7 +11,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-import pydoca
+try:
+    import pydoca
+except ImportError as _exc:                      # no backend (pydoca.BackendError) or not installed
+    sys.exit(f"device_discovery: FAILED: cannot load pydoca: {_exc}")
 from pydoca import Device
 from pydoca.errors import DocaError
 from pydoca.rdma import choose_gid_index, gid_table

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -86,3 +87,12 @@ def test_unknown_command_exits_2() -> None:
     with pytest.raises(SystemExit) as info:
         main(["nope"])
     assert info.value.code == 2
+
+
+def test_console_script() -> None:
+    exe = shutil.which("pydoca")
+    if exe is None:
+        pytest.skip("the pydoca console script is not on PATH (pip install -e .)")
+    proc = subprocess.run([exe, "devices", "--json"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert isinstance(json.loads(proc.stdout), list)

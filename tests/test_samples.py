@@ -212,6 +212,19 @@ def test_requester_no_descriptor(procs: List[Proc], tmp_path: Path) -> None:
     assert "responder.json: descriptor file not found after waiting 1s" in req.stderr
 
 
+def test_stale_descriptor_is_skipped(procs: List[Proc], tmp_path: Path) -> None:
+    """A responder.json left by a process that has exited is not used."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import _common as c; "
+            "c.write_descriptor(sys.argv[2], c.KIND_RESPONDER, "
+            "{'sample': 'rdma_read', 'size': 4096, 'connection': b'x' * 64, 'memory': b'y' * 64})")
+    path = tmp_path / "responder.json"
+    subprocess.run([sys.executable, "-c", code, str(SAMPLES), str(path)], check=True, timeout=WAIT)
+    req = Proc(sample("rdma_read", "requester", "--descriptor-dir", str(tmp_path), "--timeout", "1"))
+    procs.append(req)
+    assert req.finish() == 1
+    assert "stale descriptor (process" in req.stderr and "has exited" in req.stderr
+
+
 def test_wrong_sample_pair_is_refused(procs: List[Proc], tmp_path: Path) -> None:
     d = str(tmp_path)
     resp = Proc(sample("rdma_write", "responder", "--descriptor-dir", d, "--timeout", "3"))

@@ -334,6 +334,10 @@ class Responder:
             self._on_conn(conn, item[2])
             return
         peer = self._peers.get(conn)
+        if kind == "drop":
+            if peer is not None:
+                self._drop(peer, item[2])
+            return
         if peer is None or peer.gone or peer.kill_at is not None:
             log.debug("event from a connection that is not served", event=kind)
             return
@@ -379,7 +383,7 @@ class Responder:
         log.warning("protocol violation, disconnecting requester", peer=str(peer.info or peer.id), reason=why)
         peer.kill_at = time.monotonic() + 1.0
         self._send(peer, P.StatusMsg(P.Status.PROTOCOL_ERROR, why), seq,
-                   on_done=lambda _ok: self._drop(peer, "protocol violation"))
+                   on_done=lambda _ok: self._inbox.append(("drop", peer.conn, "protocol violation")))
 
     def _maintain(self) -> None:
         now = time.monotonic()
@@ -435,7 +439,7 @@ class Responder:
             log.warning("requester rejected: bad token", peer=peer.id)
             peer.kill_at = time.monotonic() + 1.0
             self._send(peer, P.StatusMsg(P.Status.REJECTED, "bad or missing token"), seq,
-                       on_done=lambda _ok: self._drop(peer, "bad token"))
+                       on_done=lambda _ok: self._inbox.append(("drop", peer.conn, "bad token")))
             return
         addr = peer.conn.peer_address if peer.conn.incoming else None
         peer.info = RequesterInfo(peer.id, msg.name or f"peer{peer.id}", f"{addr[0]}:{addr[1]}" if addr else None)

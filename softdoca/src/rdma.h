@@ -1,6 +1,13 @@
 /*
- * softdoca RDMA: private structures shared by rdma_ctx.c, rdma_conn.c,
- * rdma_engine.c, rdma_wire.c and rdma_tasks.c.
+ * softdoca RDMA: private structures shared by the rdma modules:
+ *   rdma_ctx.c       context, configuration, capabilities, event delivery
+ *   rdma_conn.c      connections, export/connect, handshakes, disconnect
+ *   rdma_cm.c        sockets, listeners, RDMA CM calls, address objects
+ *   rdma_engine.c    the engine thread (epoll loop, rx state machine, timers)
+ *   rdma_link.c      links: tx queue, zero-copy sendmsg, close / drain
+ *   rdma_wire.c      wire header codec, data operations (responder/requester)
+ *   rdma_tasks.c     task pools, validation, submit
+ *   rdma_task_api.c  per-type public task API
  *
  * Locking: one process-wide engine lock (sd_eng_lock) protects every runtime
  * field of every started doca_rdma (connections, links, queues, listeners).
@@ -25,6 +32,7 @@
 #define SD_RDMA_MAX_QUEUE 32768u            /* max send / recv queue size */
 #define SD_RDMA_MAX_BUF_LIST 16u            /* max gather / scatter list length */
 #define SD_RDMA_MAX_PRIV 255u               /* RDMA CM private data */
+#define SD_RDMA_MAX_PARK (64u << 20)        /* largest message held while no receive is posted */
 #define SD_RDMA_TOKEN_LEN 16
 
 /* ---------------------------------------------------------------- wire */
@@ -191,6 +199,7 @@ struct sd_listener {
 	struct doca_rdma *rdma;
 	uint16_t port;
 	int oob;                 /* export/connect listener (else RDMA CM) */
+	uint64_t retry_ns;       /* paused after a resource error until then */
 	struct sd_listener *next;
 };
 

@@ -147,8 +147,15 @@ void sd_listener_on_accept(struct sd_listener *lst)
 		int fd = accept4(lst->ep.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		struct sd_link *l;
 
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				/* level-triggered: stop listening for a moment instead of spinning */
+				SD_WARN("rdma: accept failed: %s; pausing the listener", strerror(errno));
+				sd_eng_ep_mod(&lst->ep, 0);
+				lst->retry_ns = sd_now_ns() + 100000000ull;
+			}
 			return;
+		}
 		sd_sock_tune(fd);
 		l = sd_link_new(lst->rdma, fd, 0);
 		if (!l) {

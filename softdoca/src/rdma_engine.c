@@ -343,6 +343,13 @@ static uint64_t eng_timers(uint64_t now)
 				next = min_dl(next, now + eng.timeout_ns / 4);
 		}
 		next = min_dl(next, sd_conn_check_deadlines(r, now));
+		for (struct sd_listener *ls = r->listeners; ls; ls = ls->next) {
+			if (ls->retry_ns && now >= ls->retry_ns) {
+				ls->retry_ns = 0;
+				sd_eng_ep_mod(&ls->ep, EPOLLIN);
+			}
+			next = min_dl(next, ls->retry_ns);
+		}
 	}
 	return next;
 }

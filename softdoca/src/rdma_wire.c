@@ -167,7 +167,7 @@ static int start_park(struct sd_link *l, const struct sd_hdr *h, int with_payloa
 
 	if (budget > T)
 		budget = T;
-	if (budget == 0)
+	if (budget == 0 || (with_payload && h->payload_len > SD_RDMA_MAX_PARK))
 		return -1;
 	l->park = *h;
 	l->park_len = with_payload ? h->payload_len : 0;

@@ -572,7 +572,8 @@ static void test_rnr(void)
 			progress_both();
 	}
 	CHECK(ev[0].disc == disc0 + 1 && ev[1].disc == disc1 + 1 && ev[0].last_disc == a2 && ev[1].last_disc == b2,
-	      "RNR retry exceeded broke the connection on both sides");
+	      "RNR retry exceeded broke the connection on both sides (disconnects %d/%d)", ev[0].disc - disc0,
+	      ev[1].disc - disc1);
 	RC(doca_task_submit(doca_rdma_task_send_as_task(t)), DOCA_ERROR_NOT_CONNECTED);
 	doca_task_free(doca_rdma_task_send_as_task(t));
 	doca_buf_dec_refcount(s, NULL);
@@ -1027,6 +1028,12 @@ static void test_peer_death(struct doca_dev *dev)
 		CHECK(d.done && d.st == DOCA_ERROR_CONNECTION_RESET && now_s() - t0 < 0.5,
 		      "killed peer: write fails with %s after %.0f ms", doca_error_get_name(d.st),
 		      (now_s() - t0) * 1e3);
+		{
+			double end = now_s() + 2;
+			while (ev[0].last_disc != p.conn && now_s() < end)
+				progress_both();
+		}
+		CHECK(ev[0].last_disc == p.conn, "killed peer: disconnect callback");
 	}
 	doca_task_free(doca_rdma_task_write_as_task(t));
 	doca_buf_dec_refcount(src, NULL);

@@ -1,0 +1,291 @@
+"""pydoca.peer across processes: every kind in both connection modes, errors,
+malformed control messages, requesters that die or hang, descriptor files."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import stat
+import struct
+import time
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+from peer_handlers import framed, pattern
+from peer_raw import RawClient, status_of, wait_until
+from peer_util import Proc, Server, write_spec
+
+from pydoca.descriptor import DescriptorError, write_descriptor
+from pydoca.peer import (Busy, Disconnected, HandlerError, NotFound, PeerTimeout, Rejected, Requester,
+                         StaleDescriptor, TooLarge)
+from pydoca.peer import protocol as P
+from pydoca.peer.files import KIND, read_responder_file
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    d = tmp_path_factory.mktemp("peer")
+    srv = Server(write_spec(d), "--lease-timeout", "3", descriptor=d / "svc.desc")
+    yield srv
+    assert srv.terminate() == 0, srv.stderr[-3000:]
+    assert not (d / "svc.desc").exists(), "the responder removes its descriptor file on exit"
+
+
+@pytest.fixture(params=["cm", "file"])
+def target(request: pytest.FixtureRequest, server: Server) -> str:
+    return server.address if request.param == "cm" else str(server.descriptor)
+
+
+def test_every_kind(target: str) -> None:
+    with Requester.open(target, name=f"kinds-{len(target)}") as req:
+        name = req.name
+        eps = {e.path: (e.kind, e.size) for e in req.endpoints()}
+        assert eps["/store"] == ("write", 4 << 20) and eps["/pattern"] == ("read", 1 << 20)
+        assert eps["/echo"] == ("call", 256 << 10) and req.service == "testsvc"
+        assert req.identity.startswith(name + "#")
+        for size in (10, 60_000, 3 << 20):                      # staged and registered in place
+            body = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+            req.write("/store", framed(body))
+            assert req.call("/lastcrc") == str(zlib.crc32(body)).encode()
+        req.write("/plain", b"abc", offset=100)
+        for n, length in enumerate((1, 4096, 70_000), start=1):
+            assert req.read("/pattern", length) == pattern(name, n, length)
+        into = np.zeros(200_000, dtype=np.uint8)                 # zero-copy into a numpy array
+        assert req.read("/pattern", into=into) == 200_000
+        assert into.tobytes() == pattern(name, 4, 200_000)
+        part = bytearray(16)
+        assert req.read("/pattern", 8, into=part) == 8 and bytes(part[:8]) == pattern(name, 5, 8)
+        assert req.read("/blob", 64, offset=1000) == bytes(64)
+        for size in (0, 64, 8000, 9000, 200_000):               # inline, staged, result in buffer
+            payload = os.urandom(size)
+            assert req.call("/echo", payload) == payload
+            assert req.call("/reverse", payload[:60_000]) == payload[:60_000][::-1]
+        assert req.call("/echo", "text") == b"text"
+
+
+def test_async(target: str) -> None:
+    async def main(req: Requester) -> None:
+        payloads = [os.urandom(n) for n in (5, 9000, 50_000, 100, 20_000, 1, 7000, 30_000)]
+        got = await asyncio.gather(*(req.acall("/echo", p) for p in payloads))
+        assert got == payloads
+        await asyncio.gather(*(req.awrite("/store", framed(p)) for p in payloads))
+        assert await req.aread("/blob", 10) == bytes(10)
+        into = np.zeros(1000, dtype=np.uint8)
+        assert await req.aread("/blob", into=into) == 1000
+        with pytest.raises(HandlerError):
+            await req.acall("/fail", b"x")
+    with Requester.open(target, window=3) as req:
+        asyncio.run(main(req))
+
+
+def test_typed_errors(target: str) -> None:
+    with Requester.open(target) as req:
+        with pytest.raises(NotFound):
+            req.write("/nope", b"x")
+        with pytest.raises(Rejected):
+            req.read("/store")
+        with pytest.raises(TooLarge):
+            req.write("/plain", bytes(70_000))
+        with pytest.raises(TooLarge):
+            req.write("/plain", b"xy", offset=65_535)
+        with pytest.raises(TooLarge):
+            req.call("/reverse", bytes(70_000))                   # payload beyond the buffer
+        with pytest.raises(TooLarge, match="exceeds"):
+            req.call("/sized", b"20000")                          # response beyond the buffer
+        assert len(req.call("/sized", b"16384")) == 16384
+        with pytest.raises(HandlerError, match="handler failed on purpose") as exc:
+            req.call("/fail", b"abc")
+        assert "RuntimeError" in exc.value.message
+        with pytest.raises(HandlerError, match="crc mismatch"):
+            req.write("/store", b"not framed")
+        with pytest.raises(HandlerError, match="nothing to read"):
+            req.read("/badread")
+        with pytest.raises(ValueError):
+            req.write("/plain", b"")
+        assert req.call("/echo", b"still fine") == b"still fine"
+
+
+def test_timeout_then_late_answer(server: Server) -> None:
+    with Requester.connect(server.address) as req:
+        t0 = time.monotonic()
+        with pytest.raises(PeerTimeout):
+            req.call("/slow", b"0.6", timeout=0.2)
+        assert time.monotonic() - t0 < 1.0
+        assert req.call("/echo", b"after") == b"after"           # the late RESULT is dropped
+        assert req.call("/slow", b"0", timeout=5) == b"slept"
+
+
+def test_malformed_messages(server: Server) -> None:
+    port = server.port
+    with Requester.connect(server.address, name="bystander") as good:
+        cases = [
+            b"hello, world",                                                        # no header
+            P.HEADER.pack(b"PDPR", 9, int(P.MsgType.IDENT), 0, 0, 0),               # wrong version
+            P.encode(P.Acquire(0, P.Op.WRITE, 0, 10), 1),                           # before IDENT
+        ]
+        for data in cases:
+            raw = RawClient(port)
+            try:
+                raw.send(data)
+                frame = raw.expect()
+                assert status_of(frame) is P.Status.PROTOCOL_ERROR
+                raw.wait_closed()
+            finally:
+                raw.close()
+            assert good.call("/echo", b"ok") == b"ok"
+        raw = RawClient(port)
+        try:
+            hello = raw.hello()
+            ids = {e["path"]: e["id"] for e in hello["endpoints"]}
+            raw.send(P.encode(P.Acquire(999, P.Op.WRITE, 0, 10), 5))
+            assert status_of(raw.expect()) is P.Status.NOT_FOUND
+            raw.send(P.encode(P.Acquire(ids["/plain"], P.Op.WRITE, 65_000, 1000), 6))
+            assert status_of(raw.expect()) is P.Status.TOO_LARGE
+            raw.send(P.encode(P.Acquire(ids["/pattern"], P.Op.WRITE, 0, 10), 7))
+            assert status_of(raw.expect()) is P.Status.REJECTED
+            raw.send(P.encode(P.Call(ids["/echo"], b"raw"), 8))
+            frame = raw.expect()
+            assert isinstance(frame.msg, P.Result) and frame.msg.payload == b"raw" and frame.seq == 8
+            truncated = P.encode(P.Grant(0), 9)[:-1]
+            raw.send(truncated[:12] + struct.pack("<I", 1) + truncated[16:])        # body too short
+            assert status_of(raw.expect()) is P.Status.PROTOCOL_ERROR
+            raw.wait_closed()
+        finally:
+            raw.close()
+        raw = RawClient(port)                                    # a write-with-immediate without a grant
+        try:
+            hello = raw.hello()
+            import pydoca
+            rmap = pydoca.MemoryMap.from_export(raw.dev, __import__("base64").b64decode(hello["endpoints"][1]["mmap"]))
+            src = raw.inv.buffer(raw.mm, offset=0, length=16)
+            dst = raw.inv.buffer(rmap, offset=0, length=16, empty=True)
+            raw.rdma.write_imm(raw.conn, src, dst, P.pack_imm(1, 1)).wait(10)
+            assert status_of(raw.expect()) is P.Status.PROTOCOL_ERROR
+            raw.wait_closed()
+            src.close()
+            dst.close()
+            rmap.close()
+        finally:
+            raw.close()
+        assert good.call("/echo", b"still serving") == b"still serving"
+
+
+def _hold(server: Server, path: str) -> Proc:
+    proc = Proc(["tests/peer_worker.py", server.address, "holder", "hold", path])
+    proc.wait_for("granted")
+    return proc
+
+
+def test_busy_then_holder_killed(server: Server) -> None:
+    holder = _hold(server, "/single")
+    try:
+        with Requester.connect(server.address) as req:
+            with pytest.raises(Busy):
+                req.write("/single", b"x", wait=False)
+            with pytest.raises(Busy, match="queue full"):
+                req.write("/single", b"x")                     # queue: 0
+            holder.kill()                                      # SIGKILL while holding the endpoint
+
+            def free() -> bool:
+                try:
+                    req.write("/single", b"after the kill", wait=False)
+                    return True
+                except Busy:
+                    return False
+            assert wait_until(free, 10), "endpoint not released after the holder died"
+    finally:
+        holder.kill()
+
+
+def test_killed_mid_transfer(server: Server) -> None:
+    spam = Proc(["tests/peer_worker.py", server.address, "spammer", "spam", "/big"])
+    try:
+        spam.wait_for("started")
+        time.sleep(0.3)
+        spam.kill()
+        with Requester.connect(server.address) as req:
+            req.write("/big", bytes(range(256)) * 4096, timeout=15)
+            assert req.call("/echo", b"alive") == b"alive"
+    finally:
+        spam.kill()
+
+
+def test_lease_expiry(server: Server) -> None:
+    holder = _hold(server, "/single")
+    try:
+        with Requester.connect(server.address) as req:
+            t0 = time.monotonic()
+
+            def free() -> bool:
+                try:
+                    req.write("/single", b"y", wait=False)
+                    return True
+                except Busy:
+                    return False
+            assert wait_until(free, 10) and 2.0 < time.monotonic() - t0 < 9
+    finally:
+        holder.kill()
+
+
+def test_descriptor_file(server: Server, tmp_path: Path) -> None:
+    assert server.descriptor is not None
+    mode = stat.S_IMODE(os.stat(server.descriptor).st_mode)
+    assert mode == 0o600
+    rf = read_responder_file(str(server.descriptor))
+    assert (rf.address, rf.port, rf.service) == ("127.0.0.1", server.port, "testsvc") and rf.instance
+    assert {e["path"] for e in rf.endpoints} >= {"/store", "/echo"}
+    other = tmp_path / "other.desc"
+    doc = json.loads(server.descriptor.read_text())
+    doc["instance"] = "0" * 32                                  # a responder restarted at the same address
+    other.write_text(json.dumps(doc))
+    with pytest.raises(StaleDescriptor, match="stale"):
+        Requester.from_descriptor(str(other))
+    foreign = tmp_path / "foreign.desc"
+    write_descriptor(foreign, "something.else", {"x": 1})
+    with pytest.raises(DescriptorError, match="kind"):
+        Requester.from_descriptor(str(foreign))
+    foreign.write_text("{not json")
+    with pytest.raises(DescriptorError):
+        Requester.from_descriptor(str(foreign))
+    write_descriptor(tmp_path / "gone.desc", KIND, {"protocol": 1, "address": "127.0.0.1", "port": 9,
+                                                      "instance": "ab", "endpoints": []})
+    with pytest.raises(StaleDescriptor, match="no responder answers"):
+        Requester.from_descriptor(str(tmp_path / "gone.desc"), timeout=3)
+
+
+def test_stale_file_and_token(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    desc = tmp_path / "tok.desc"
+    srv = Server(spec, "--require-token", descriptor=desc)
+    try:
+        with pytest.raises(Rejected, match="token"):
+            Requester.connect(srv.address)
+        with Requester.from_descriptor(str(desc)) as req:
+            assert req.call("/echo", b"with token") == b"with token"
+        srv.kill()                                              # SIGKILL: the file stays behind
+        assert desc.exists()
+        t0 = time.monotonic()
+        with pytest.raises(StaleDescriptor, match="gone|no responder"):
+            Requester.from_descriptor(str(desc))
+        assert time.monotonic() - t0 < 5
+    finally:
+        srv.kill()
+
+
+def test_responder_gone_fails_requester(tmp_path: Path) -> None:
+    srv = Server(write_spec(tmp_path))
+    try:
+        with Requester.connect(srv.address, timeout=5) as req:
+            assert req.call("/echo", b"x") == b"x"
+            srv.kill()
+            with pytest.raises((Disconnected, PeerTimeout)):
+                for _ in range(50):
+                    req.call("/echo", b"x")
+                    time.sleep(0.05)
+    finally:
+        srv.kill()
