@@ -7,12 +7,12 @@ stderr via logging's last-resort handler. pydoca never writes to stdout.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, MutableMapping
 
 import structlog
 
 
-def _render(_logger: Any, _name: str, event: dict[str, Any]) -> str:
+def _render(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> str:
     msg = str(event.pop("event", ""))
     extra = " ".join(f"{k}={v!r}" if isinstance(v, str) and " " in v else f"{k}={v}" for k, v in event.items())
     return f"pydoca: {msg} {extra}".rstrip()

@@ -31,7 +31,8 @@ class Peer:
         self.recvs: List[Any] = []
 
     def start(self, size: int, access: int, permissions: int, mode: str, port: int = 0,
-              accept: bool = True, rnr_retry: int | None = None, fill: int = 0) -> Dict[str, Any]:
+              accept: bool = True, rnr_retry: int | None = None, fill: int = 0,
+              accept_data: str = "") -> Dict[str, Any]:
         s = self.stack
         self.dev = s.enter_context(pydoca.Device.open(iface="lo"))
         self.pe = s.enter_context(pydoca.ProgressEngine())
@@ -45,7 +46,8 @@ class Peer:
             blob, self.conn = self.rdma.export()
             out["conn"] = b64(blob)
         else:
-            self.rdma.listen(port, accept=lambda c: accept)
+            decision: Any = unb64(accept_data) if accept_data else accept
+            self.rdma.listen(port, accept=lambda c: decision)
         return out
 
     def connect(self, blob: str) -> Dict[str, Any]:

@@ -209,6 +209,7 @@ def test_connect_to_closed_port_fails_within_timeout() -> None:
         conn = loc.rdma.connect_to("127.0.0.1", free_port())
         loc.pe.run_until(lambda: conn.state is not pydoca.ConnectionState.PENDING, 8, what="failure")
         assert conn.state is pydoca.ConnectionState.FAILED
+        assert conn.failure_reason in ("refused", "timeout")
         assert time.monotonic() - t0 < 8
         with pytest.raises(E.DocaError):
             conn.wait_established(1)
@@ -224,6 +225,18 @@ def test_cm_reject_is_seen_by_requester(local: Local, peer: PeerProc) -> None:
     conn = local.rdma.connect_to("127.0.0.1", port)
     local.pe.run_until(lambda: conn.state is not pydoca.ConnectionState.PENDING, 10, what="rejection")
     assert conn.state is pydoca.ConnectionState.FAILED
+    assert conn.failure_reason == "rejected"
+    peer.answer("progress")
+
+
+def test_cm_accept_private_data_reaches_requester(local: Local, peer: PeerProc) -> None:
+    port = free_port()
+    peer.call("start", size=4096, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm", port=port,
+              accept_data="aGVsbG8=")  # b"hello"
+    peer.post("progress", seconds=2)
+    conn = local.rdma.connect_to("127.0.0.1", port).wait_established(10)
+    assert conn.private_data == b"hello"
+    assert conn.peer_address is not None and conn.peer_address[1] == port
     peer.answer("progress")
 
 

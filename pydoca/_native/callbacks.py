@@ -46,7 +46,7 @@ def take_error() -> None:
         raise exc
 
 
-@ffi.def_extern()  # type: ignore[misc]
+@ffi.def_extern()  # type: ignore[untyped-decorator]
 def _pydoca_task_done(c_task: Any, task_ud: int, success: int) -> None:
     try:
         sink = tasks.pop(task_ud, None)
@@ -56,7 +56,7 @@ def _pydoca_task_done(c_task: Any, task_ud: int, success: int) -> None:
         pending_errors.append(exc)
 
 
-@ffi.def_extern()  # type: ignore[misc]
+@ffi.def_extern()  # type: ignore[untyped-decorator]
 def _pydoca_ctx_state(ctx_ud: int, c_ctx: Any, prev: int, nxt: int) -> None:
     try:
         sink = contexts.get(ctx_ud)
@@ -66,7 +66,7 @@ def _pydoca_ctx_state(ctx_ud: int, c_ctx: Any, prev: int, nxt: int) -> None:
         pending_errors.append(exc)
 
 
-@ffi.def_extern()  # type: ignore[misc]
+@ffi.def_extern()  # type: ignore[untyped-decorator]
 def _pydoca_conn_event(kind: int, c_conn: Any, conn_ud: int, ctx_ud: int) -> None:
     try:
         sink = contexts.get(ctx_ud)

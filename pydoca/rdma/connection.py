@@ -24,6 +24,22 @@ class ConnectionState(enum.Enum):
     DISCONNECTED = "disconnected"  # was established, now gone
 
 
+FAILURE_REASONS = {0: None, 1: "rejected", 2: "timeout", 3: "refused", 4: "lost"}
+
+
+def _soft_ext() -> Optional[Any]:
+    """softdoca's extension symbols (None on real DOCA, which keeps these internal)."""
+    from .._native import backend
+    if backend.name != "soft":
+        return None
+    import ctypes
+    handle = ctypes.CDLL(backend.paths[0])
+    handle.softdoca_rdma_connection_get_fail_reason.argtypes = [ctypes.c_void_p]
+    handle.softdoca_rdma_connection_get_private_data.argtypes = [
+        ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint8)]
+    return handle
+
+
 class Connection:
     """A connection of an :class:`Rdma` context. Tasks name the connection
     they travel on; ``disconnect()`` flushes its outstanding tasks."""
@@ -64,6 +80,29 @@ class Connection:
         if lib.doca_rdma_addr_get_params(addr[0], kind, text, port) != 0:
             return None
         return (ffi.string(text[0]).decode() if text[0] != ffi.NULL else "", int(port[0]))
+
+    @property
+    def failure_reason(self) -> Optional[str]:
+        """Why the connection failed: "rejected" by the peer, "timeout",
+        "refused" (nothing listening) or "lost"; None when unknown (real DOCA
+        does not report it) or not failed."""
+        ext = _soft_ext()
+        if ext is None or self._c is None:
+            return None
+        return FAILURE_REASONS.get(ext.softdoca_rdma_connection_get_fail_reason(int(ffi.cast("uintptr_t", self._c))))
+
+    @property
+    def private_data(self) -> Optional[bytes]:
+        """Private data the peer passed when accepting (requester side); None
+        when unknown (real DOCA 3.3 has no getter for it)."""
+        ext = _soft_ext()
+        if ext is None or self._c is None:
+            return None
+        import ctypes
+        ptr, n = ctypes.c_void_p(), ctypes.c_uint8()
+        if ext.softdoca_rdma_connection_get_private_data(int(ffi.cast("uintptr_t", self._c)), ptr, n) != 0:
+            return None
+        return ctypes.string_at(ptr.value, n.value) if ptr.value and n.value else b""
 
     @property
     def established(self) -> bool:
