@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any, Callable, Dict, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, TypeVar
 
 from pydoca._log import get_logger
 
 from .ctx import Task
 from .pe import ProgressEngine
+
+if TYPE_CHECKING:
+    from .rdma import Connection, Rdma
 
 log = get_logger()
 T = TypeVar("T")
@@ -132,3 +135,17 @@ async def wait_task(task: "Task[T]", *, timeout: Optional[float] = 10.0) -> Opti
 async def gather_tasks(*tasks: "Task[Any]", timeout: Optional[float] = 10.0) -> list[Any]:
     """Await several tasks; results in order."""
     return list(await asyncio.gather(*(wait_task(t, timeout=timeout) for t in tasks)))
+
+
+async def established(conn: "Connection", *, timeout: Optional[float] = 10.0) -> "Connection":
+    """Await an RDMA connection's establishment; raises if it fails instead."""
+    from .rdma.connection import ConnectionState
+    await wait_for(conn.rdma.pe, lambda: conn.state is not ConnectionState.PENDING, timeout=timeout)
+    return conn.wait_established(0)
+
+
+async def next_request(rdma: "Rdma", *, timeout: Optional[float] = 10.0) -> "Connection":
+    """Await the next undecided incoming RDMA CM request (``rdma.listen(port)``
+    without an accept policy); accept or reject it."""
+    await wait_for(rdma.pe, lambda: bool(rdma.requests), timeout=timeout)
+    return rdma.requests.popleft()

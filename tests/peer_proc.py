@@ -45,6 +45,9 @@ class Peer:
         if mode == "oob":
             blob, self.conn = self.rdma.export()
             out["conn"] = b64(blob)
+        elif mode == "connect":   # act as the RDMA CM requester
+            self.conn = self.rdma.connect_to("127.0.0.1", port).wait_established(10)
+            out["private"] = b64(self.conn.private_data or b"")
         else:
             decision: Any = unb64(accept_data) if accept_data else accept
             self.rdma.listen(port, accept=lambda c: decision)

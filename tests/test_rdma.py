@@ -300,3 +300,27 @@ def test_ctx_stop_fails_posted_receives(local: Local) -> None:
     assert t.done and isinstance(t.error, E.DocaError)
     assert local.rdma.state is pydoca.CtxState.IDLE
     assert [p for p in local.rdma.state_history][-1] == (pydoca.CtxState.STOPPING, pydoca.CtxState.IDLE)
+
+
+def test_asyncio_connection_events(peer: PeerProc) -> None:
+    """Listen without a policy, await the request, accept it, await establishment."""
+    import pydoca.aio as aio
+    port = free_port()
+    server = Local()
+    try:
+        server.rdma.listen(port)
+        started = None
+
+        async def go() -> pydoca.Connection:
+            req = await aio.next_request(server.rdma, timeout=10)
+            req.accept(b"ok")
+            return await aio.established(req, timeout=10)
+
+        peer.post("start", size=4096, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
+                  port=port)
+        conn = asyncio.run(go())
+        started = peer.answer("start")
+        assert conn.established and conn.incoming
+        assert started["private"] == "b2s="
+    finally:
+        server.close()
