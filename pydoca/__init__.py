@@ -11,14 +11,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._native import BackendError, BackendInfo, backend
-    from .buffer import Buffer, BufferInventory
-    from .ctx import Context, CtxState, Task, TaskStatus
-    from .device import Device, DeviceInfo, devices
-    from .errors import DocaError
-    from .memory import Access, MemoryMap
-    from .pe import ProgressEngine, ProgressMode
-    from .rdma import Connection, ConnectionState, Opcode, Rdma, Received
+    from ._native import BackendError as BackendError, BackendInfo as BackendInfo, backend as backend
+    from .buffer import Buffer as Buffer, BufferInventory as BufferInventory
+    from .ctx import Context as Context, CtxState as CtxState, Task as Task, TaskStatus as TaskStatus
+    from .device import Device as Device, DeviceInfo as DeviceInfo, devices as devices
+    from .errors import DocaError as DocaError
+    from .memory import Access as Access, MemoryMap as MemoryMap
+    from .pe import ProgressEngine as ProgressEngine, ProgressMode as ProgressMode
+    from .rdma import Connection as Connection, ConnectionState as ConnectionState, Opcode as Opcode, Rdma as Rdma, Received as Received
 
 __version__ = "0.1.0"
 

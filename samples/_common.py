@@ -42,15 +42,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-try:
+try:                                             # pydoca loads its backend lazily, on first use of a name
     import pydoca
+    from pydoca import (Access, Buffer, BufferInventory, Connection, Device, MemoryMap, Opcode, ProgressEngine,
+                        Rdma, Received)
+    from pydoca.descriptor import DescriptorError, decode_document, encode_payload, read_descriptor, write_descriptor
+    from pydoca.errors import DocaError, NotFoundError
+    from pydoca.rdma.tasks import ReceiveTask
 except ImportError as _exc:                      # no backend (pydoca.BackendError) or not installed
     sys.exit(f"{os.path.basename(sys.argv[0])}: FAILED: cannot load pydoca: {_exc}")
-from pydoca import (Access, Buffer, BufferInventory, Connection, Device, MemoryMap, Opcode, ProgressEngine, Rdma,
-                    Received)
-from pydoca.descriptor import DescriptorError, decode_document, encode_payload, read_descriptor, write_descriptor
-from pydoca.errors import DocaError, NotFoundError
-from pydoca.rdma.tasks import ReceiveTask
 
 DEFAULT_SIZE = 1 << 20
 DEFAULT_TIMEOUT = 30.0

@@ -11,13 +11,13 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-try:
+try:                                             # pydoca loads its backend lazily, on first use of a name
     import pydoca
+    from pydoca import Device
+    from pydoca.errors import DocaError
+    from pydoca.rdma import choose_gid_index, gid_table
 except ImportError as _exc:                      # no backend (pydoca.BackendError) or not installed
     sys.exit(f"device_discovery: FAILED: cannot load pydoca: {_exc}")
-from pydoca import Device
-from pydoca.errors import DocaError
-from pydoca.rdma import choose_gid_index, gid_table
 
 
 def describe(info: pydoca.DeviceInfo) -> Dict[str, Any]:

@@ -64,6 +64,7 @@ class Proc:
     def _pump(stream: object, dst: List[bytes]) -> None:
         for line in stream:  # type: ignore[attr-defined]
             dst.append(line)
+        stream.close()  # type: ignore[attr-defined]
 
     @property
     def stdout(self) -> str:
@@ -103,6 +104,8 @@ class Proc:
         if self.popen.poll() is None:
             self.popen.kill()
         self.popen.wait(10)
+        for t in self._threads:
+            t.join(5)
 
 
 class Server(Proc):

@@ -184,12 +184,14 @@ def test_send_without_receive_fails_like_rnr(local: Local, peer: PeerProc) -> No
 
 
 def test_peer_killed_mid_stream_fails_tasks_within_bound(local: Local, peer: PeerProc) -> None:
-    conn, started = connect(local, peer, "oob")
+    big = 4 << 20
+    conn, started = connect(local, peer, "oob", size=big)
     rm = local.remote(started["mmap"])
-    lm = local.local(pattern(SIZE))
+    lm = local.local(bytearray(big))
     events = []
     local.rdma.on_connection = lambda c, st: events.append(st)
-    tasks = [local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm)) for _ in range(64)]
+    # 1 GiB in flight: far more than can finish before the kill lands
+    tasks = [local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm)) for _ in range(250)]
     peer.kill()
     t0 = time.monotonic()
     for t in tasks:

@@ -244,6 +244,19 @@ def test_unknown_device(procs: List[Proc]) -> None:
     assert "no DOCA device named 'nope0'" in req.stderr
 
 
+def test_missing_backend_is_one_line() -> None:
+    import pydoca
+    if pydoca.backend.name == "doca":
+        pytest.skip("real DOCA is installed: PYDOCA_BACKEND=doca loads")
+    env = {**os.environ, "PYDOCA_BACKEND": "doca"}
+    for argv in (sample("rdma_write", "requester", "--connect", "127.0.0.1:1"), sample("device_discovery")):
+        out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=WAIT, cwd=ROOT,
+                             env=env)
+        assert out.returncode == 1
+        assert "FAILED: cannot load pydoca: PYDOCA_BACKEND=doca" in out.stderr
+        assert "Traceback" not in out.stderr
+
+
 def test_help() -> None:
     for name in PAIRS:
         for argv in (["--help"], ["responder", "--help"], ["requester", "--help"]):
