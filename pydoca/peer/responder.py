@@ -269,7 +269,7 @@ class Responder:
             try:
                 self._dispatch(item)
             except Exception as exc:  # noqa: BLE001 - one bad event must not stop the server
-                log.error("responder event failed", event=item[0], error=repr(exc))
+                log.error("responder event failed", what=item[0], error=repr(exc))
         self._maintain()
         return n
 
@@ -339,7 +339,7 @@ class Responder:
                 self._drop(peer, item[2])
             return
         if peer is None or peer.gone or peer.kill_at is not None:
-            log.debug("event from a connection that is not served", event=kind)
+            log.debug("event from a connection that is not served", what=kind)
             return
         if kind == "msg":
             self._on_message(peer, item[2])
