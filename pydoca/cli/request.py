@@ -18,24 +18,30 @@ from typing import Any, Optional
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("request", help="send one request to a responder (HOST:PORT or descriptor file)")
+    common = argparse.ArgumentParser(add_help=False)        # accepted before or after ACTION
+    common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, metavar="S",
+                        help="timeout of each step in seconds (default 10)")
+    common.add_argument("--no-wait", action="store_true", default=argparse.SUPPRESS,
+                        help="fail with Busy instead of queueing")
+    common.add_argument("--token", metavar="HEX", default=argparse.SUPPRESS,
+                        help="access token (descriptor files carry their own)")
+    p = subparsers.add_parser("request", parents=[common],
+                              help="send one request to a responder (HOST:PORT or descriptor file)")
     p.add_argument("target", metavar="HOST:PORT|FILE")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="per-step timeout (default 10)")
-    p.add_argument("--no-wait", action="store_true", help="fail with Busy instead of queueing")
-    p.add_argument("--token", metavar="HEX", help="access token (descriptor files carry their own)")
+    p.set_defaults(timeout=10.0, no_wait=False, token=None)
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    e = sub.add_parser("endpoints", help="list the endpoints")
+    e = sub.add_parser("endpoints", parents=[common], help="list the endpoints")
     e.add_argument("--json", action="store_true")
-    w = sub.add_parser("write", help="write data into a write endpoint")
+    w = sub.add_parser("write", parents=[common], help="write data into a write endpoint")
     w.add_argument("path")
     _payload_args(w)
     w.add_argument("--offset", type=int, default=0)
-    r = sub.add_parser("read", help="read from a read endpoint")
+    r = sub.add_parser("read", parents=[common], help="read from a read endpoint")
     r.add_argument("path")
     r.add_argument("--out", default="-", metavar="FILE", help="where to write the bytes (default stdout)")
     r.add_argument("--length", type=int, default=None)
     r.add_argument("--offset", type=int, default=0)
-    c = sub.add_parser("call", help="call a call endpoint")
+    c = sub.add_parser("call", parents=[common], help="call a call endpoint")
     c.add_argument("path")
     _payload_args(c)
     c.add_argument("--out", default="-", metavar="FILE", help="where to write the response (default stdout)")
