@@ -119,7 +119,11 @@ class Server(Proc):
         if descriptor is not None:
             argv += ["--descriptor-file", str(descriptor.resolve())]
         super().__init__(argv)
-        self.wait_for("pydoca serve: serving")
+        try:
+            self.wait_for("pydoca serve: serving")
+        except BaseException:
+            self.kill()
+            raise
 
 
 def write_spec(directory: Path, text: str = SPEC) -> Path:

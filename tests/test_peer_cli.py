@@ -36,6 +36,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = Server(write_spec(d), descriptor=d / "svc.desc")
     yield srv
     assert srv.terminate() == 0, srv.stderr[-3000:]
+    assert "event failed" not in srv.stderr and "Traceback" not in srv.stderr, srv.stderr[-3000:]
 
 
 @pytest.mark.parametrize("mode", ["cm", "file"])

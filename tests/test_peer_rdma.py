@@ -33,6 +33,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = Server(write_spec(d), "--lease-timeout", "3", descriptor=d / "svc.desc")
     yield srv
     assert srv.terminate() == 0, srv.stderr[-3000:]
+    assert "event failed" not in srv.stderr and "Traceback" not in srv.stderr, srv.stderr[-3000:]
     assert not (d / "svc.desc").exists(), "the responder removes its descriptor file on exit"
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measure pydoca.peer against raw pydoca RDMA, in one run, on loopback.
 
-    python tools/bench_peer.py [--iters N] [--polling] [--json]
+    python tools/bench_peer.py [--iters N] [--rounds R] [--polling] [--json]
 
 Starts two server processes (a ``pydoca serve`` responder and a raw Rdma
 target exporting a 4 MiB buffer), then from this process measures:
@@ -9,16 +9,19 @@ target exporting a 4 MiB buffer), then from this process measures:
 * raw RDMA write: latency of 8 B, throughput of 1 MiB and 4 MiB (one write at a time);
 * peer: latency of a 64-byte call, of an 8-byte write, throughput of a 4 MiB write;
 
-and prints the ratios (peer over raw). Every server is stopped at the end.
+and prints the ratios (peer over raw): medians of interleaved rounds. Every
+server is stopped at the end.
 """
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -69,41 +72,61 @@ def timed(fn: Callable[[], Any], iters: int, warmup: int) -> float:
     return (time.perf_counter() - t0) / iters
 
 
-def bench_raw(port: int, blob: bytes, iters: int, polling: bool) -> Dict[str, float]:
-    import pydoca
-    from pydoca import Access
-    out: Dict[str, float] = {}
-    with pydoca.Device.open(ip="127.0.0.1") as dev, \
-            pydoca.ProgressEngine(mode="polling" if polling else "blocking") as pe, \
-            pydoca.Rdma(dev, pe) as rdma, pydoca.BufferInventory(16) as inv:
-        conn = rdma.connect_to("127.0.0.1", port)
-        conn.wait_established(10)
-        src_mem = bytearray(os.urandom(4 << 20))
-        with pydoca.MemoryMap(dev, src_mem, access=Access.LOCAL_READ_WRITE) as local, \
-                pydoca.MemoryMap.from_export(dev, blob) as remote:
-            for name, size, n in (("raw_write_8B_s", 8, iters), ("raw_write_1MiB_s", 1 << 20, max(20, iters // 50)),
-                                  ("raw_write_4MiB_s", 4 << 20, max(10, iters // 100))):
-                src = inv.buffer(local, length=size, data_len=size)
-                dst = inv.buffer(remote, length=size, empty=True)
-                out[name] = timed(lambda: rdma.write(conn, src, dst).result(10), n, max(3, n // 10))
-                src.close()
-                dst.close()
-        conn.disconnect()
-    return out
+class RawBench:
+    """A raw Rdma connection to the raw server and its local/remote buffers."""
+
+    def __init__(self, port: int, blob: bytes, polling: bool) -> None:
+        import pydoca
+        from pydoca import Access
+        self.stack = contextlib.ExitStack()
+        s = self.stack
+        dev = s.enter_context(pydoca.Device.open(ip="127.0.0.1"))
+        pe = s.enter_context(pydoca.ProgressEngine(mode="polling" if polling else "blocking"))
+        self.rdma = s.enter_context(pydoca.Rdma(dev, pe))
+        inv = s.enter_context(pydoca.BufferInventory(16))
+        self.conn = self.rdma.connect_to("127.0.0.1", port)
+        self.conn.wait_established(10)
+        self.src_mem = bytearray(os.urandom(4 << 20))
+        local = s.enter_context(pydoca.MemoryMap(dev, self.src_mem, access=Access.LOCAL_READ_WRITE))
+        remote = s.enter_context(pydoca.MemoryMap.from_export(dev, blob))
+        self.bufs = {size: (s.enter_context(inv.buffer(local, length=size, data_len=size)),
+                            s.enter_context(inv.buffer(remote, length=size, empty=True)))
+                     for size in (8, 1 << 20, 4 << 20)}
+
+    def write(self, size: int) -> None:
+        src, dst = self.bufs[size]
+        self.rdma.write(self.conn, src, dst).result(10)
+
+    def close(self) -> None:
+        self.conn.disconnect()
+        self.stack.close()
 
 
-def bench_peer(address: str, iters: int, polling: bool) -> Dict[str, float]:
+def measure(raw: RawBench, req: Any, iters: int) -> Dict[str, float]:
+    """One round of every measurement (seconds per operation)."""
+    bulk_n = max(10, iters // 100)
+    payload, small, bulk = os.urandom(64), os.urandom(8), os.urandom(4 << 20)
+    return {
+        "raw_write_8B_s": timed(lambda: raw.write(8), iters, max(3, iters // 10)),
+        "raw_write_1MiB_s": timed(lambda: raw.write(1 << 20), max(20, iters // 50), 3),
+        "raw_write_4MiB_s": timed(lambda: raw.write(4 << 20), bulk_n, 3),
+        "peer_call_64B_s": timed(lambda: req.call("/call", payload), iters, max(10, iters // 10)),
+        "peer_write_8B_s": timed(lambda: req.write("/small", small), iters, max(10, iters // 10)),
+        "peer_write_4MiB_s": timed(lambda: req.write("/bulk", bulk), bulk_n, 3),
+    }
+
+
+def run_rounds(raw_port: int, blob: bytes, peer_address: str, iters: int, rounds: int,
+               polling: bool) -> Dict[str, float]:
+    """Median over ``rounds`` interleaved rounds (raw and peer alternate, so drift hits both)."""
     from pydoca.peer import Requester
-    out: Dict[str, float] = {}
-    with Requester.connect(address, progress_mode="polling" if polling else "blocking") as req:
-        payload = os.urandom(64)
-        out["peer_call_64B_s"] = timed(lambda: req.call("/call", payload), iters, max(10, iters // 10))
-        small = os.urandom(8)
-        out["peer_write_8B_s"] = timed(lambda: req.write("/small", small), iters, max(10, iters // 10))
-        bulk = os.urandom(4 << 20)
-        n = max(10, iters // 100)
-        out["peer_write_4MiB_s"] = timed(lambda: req.write("/bulk", bulk), n, 3)
-    return out
+    raw = RawBench(raw_port, blob, polling)
+    try:
+        with Requester.connect(peer_address, progress_mode="polling" if polling else "blocking") as req:
+            per_round = [measure(raw, req, iters) for _ in range(rounds)]
+    finally:
+        raw.close()
+    return {k: statistics.median(r[k] for r in per_round) for k in per_round[0]}
 
 
 def report(r: Dict[str, float]) -> List[str]:
@@ -125,6 +148,7 @@ def report(r: Dict[str, float]) -> List[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iters", type=int, default=2000, help="latency iterations (default 2000)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are reported (default 5)")
     ap.add_argument("--polling", action="store_true", help="busy-poll progress engines on both sides")
     ap.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
     ap.add_argument("--raw-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -154,8 +178,7 @@ def main() -> int:
             blob = base64.b64decode(raw.stdout.readline())
             if "serving" not in serve.stdout.readline():
                 raise SystemExit("pydoca serve did not start")
-            results = bench_raw(raw_port, blob, args.iters, args.polling)
-            results.update(bench_peer(f"127.0.0.1:{peer_port}", args.iters, args.polling))
+            results = run_rounds(raw_port, blob, f"127.0.0.1:{peer_port}", args.iters, args.rounds, args.polling)
         finally:
             for p in procs:
                 if p.poll() is None:

@@ -76,7 +76,7 @@ class Channel:
             log.debug("receive failed", error=str(task.error))
         else:
             self._failures = 0
-        if self._failures < 64:
+        if self._failures <= 4 * len(self._recv_bufs):      # a flush fails each slot once; a dead ctx forever
             try:
                 self._post(i)
             except Exception as exc:  # noqa: BLE001 - the context is going away

@@ -208,6 +208,9 @@ class Requester:
             raise StaleDescriptor(f"the responder at {self.address} is instance {doc['instance']}, not "
                                   f"{expect_instance} named by the descriptor file: the file is stale")
         self.hello, self.instance = doc, doc["instance"]
+        window = doc.get("window")
+        if isinstance(window, int) and 0 < window < self.window:
+            self.window = window                    # the responder sized its receive pool for this
         self.identity = str(doc.get("identity", ""))
         for e in doc["endpoints"]:
             info = EndpointInfo(e["id"], e["path"], e["kind"], e["size"])

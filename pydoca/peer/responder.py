@@ -17,6 +17,7 @@ import os
 import secrets
 import socket
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
@@ -269,7 +270,9 @@ class Responder:
             try:
                 self._dispatch(item)
             except Exception as exc:  # noqa: BLE001 - one bad event must not stop the server
-                log.error("responder event failed", what=item[0], error=repr(exc))
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                log.error("responder event failed", what=item[0], error=repr(exc),
+                          at=f"{os.path.basename(where.filename)}:{where.lineno}")
         self._maintain()
         return n
 

@@ -179,7 +179,20 @@ static int link_on_readable(struct sd_link *l, doca_error_t *st)
 			size_t want = l->rx_left < sizeof(scratch) ? l->rx_left : sizeof(scratch);
 			r = recv(l->ep.fd, scratch, want, 0);
 		} else {
-			r = readv(l->ep.fd, l->rx_iov, l->rx_iovcnt > 1024 ? 1024 : l->rx_iovcnt);
+			/* never read past this frame: the destination may be larger than
+			 * the payload, and the next frame may already be in the socket */
+			struct iovec clip[64];
+			int cnt = 0;
+			size_t want = l->rx_left;
+
+			for (int k = 0; k < l->rx_iovcnt && cnt < 64 && want; k++) {
+				clip[cnt] = l->rx_iov[k];
+				if (clip[cnt].iov_len > want)
+					clip[cnt].iov_len = want;
+				want -= clip[cnt].iov_len;
+				cnt++;
+			}
+			r = readv(l->ep.fd, clip, cnt);
 		}
 		if (r == 0) {
 			*st = DOCA_ERROR_CONNECTION_RESET;
