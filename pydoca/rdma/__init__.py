@@ -140,6 +140,8 @@ class Rdma(Context):
             conn.state = ConnectionState.DISCONNECTED
         log.debug("rdma connection", state=conn.state.value, incoming=conn.incoming)
         self._notify(conn)
+        if conn.closed:
+            self._forget(conn)     # the Connection object stays valid for its holders
 
     def _notify(self, conn: Connection) -> None:
         if self.on_connection is not None:
