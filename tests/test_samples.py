@@ -6,17 +6,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence
 
 import pytest
+from netns import NetnsPair, ns_exec, veth_namespaces
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -291,78 +290,50 @@ def test_device_discovery() -> None:
 
 
 # -- two network namespaces joined by a veth pair ----------------------------------------------
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
-
-
 @pytest.fixture(scope="module")
-def netns() -> Iterator[Dict[str, str]]:
-    """Namespaces A (10.200.77.1/30 on veth va) and B (10.200.77.2/30 on vb)."""
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 'ip' not installed")
-    tag = uuid.uuid4().hex[:6]
-    ns_a, ns_b = f"pydoca-a-{tag}", f"pydoca-b-{tag}"
-    va, vb = f"pda{tag}", f"pdb{tag}"
-    created: List[str] = []
-    try:
-        for ns in (ns_a, ns_b):
-            res = _ip("netns", "add", ns, check=False)
-            if res.returncode != 0:
-                pytest.skip(f"'ip netns add' does not work here: {res.stderr.strip()}")
-            created.append(ns)
-        res = _ip("link", "add", va, "netns", ns_a, "type", "veth", "peer", "name", vb, "netns", ns_b, check=False)
-        if res.returncode != 0:
-            pytest.skip(f"cannot create a veth pair: {res.stderr.strip()}")
-        for ns, dev, addr in ((ns_a, va, "10.200.77.1/30"), (ns_b, vb, "10.200.77.2/30")):
-            _ip("-n", ns, "addr", "add", addr, "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-        ping = subprocess.run(["ip", "netns", "exec", ns_b, sys.executable, "-c",
-                               "import socket; s=socket.socket(); s.settimeout(5); "
-                               "print(s.connect_ex(('10.200.77.1', 9)))"],
-                              capture_output=True, text=True, timeout=30)
-        if ping.returncode != 0:
-            pytest.skip(f"'ip netns exec' does not work here: {ping.stderr.strip()[-200:]}")
-        yield {"a": ns_a, "b": ns_b, "va": va, "vb": vb, "ip_a": "10.200.77.1", "ip_b": "10.200.77.2"}
-    finally:
-        for ns in created:                  # deleting a namespace deletes its veth end (and the peer)
-            subprocess.run(["ip", "netns", "pids", ns], capture_output=True, timeout=30)
-            _ip("netns", "delete", ns, check=False)
+def netns() -> Iterator[NetnsPair]:
+    """Namespaces A (10.200.77.1/30 on veth va) and B (10.200.77.2/30 on vb), one setup for the module."""
+    with veth_namespaces("10.200.77") as pair:
+        yield pair
 
 
-def _in(ns: str) -> List[str]:
-    return ["ip", "netns", "exec", ns]
+def _port(name: str, base: int) -> int:
+    """A port per pair: no test waits for another one's TIME_WAIT on the same port."""
+    return base + PAIRS.index(name)
 
 
-@pytest.mark.parametrize("name", ["rdma_write", "rdma_read", "rdma_write_immediate", "rdma_atomic"])
-def test_netns_rdma_cm(procs: List[Proc], netns: Dict[str, str], name: str) -> None:
-    port = "18515"
-    run_pair(procs, name, ["--listen", f"{netns['ip_a']}:{port}", *size_args(name, "1M"), "--timeout", "30"],
-             ["--connect", f"{netns['ip_a']}:{port}", "--timeout", "30"], cm=True,
-             prefix_resp=_in(netns["a"]), prefix_req=_in(netns["b"]))
+@pytest.mark.parametrize("name", PAIRS)
+def test_netns_rdma_cm(procs: List[Proc], netns: NetnsPair, name: str) -> None:
+    port = _port(name, 18520)
+    _, req = run_pair(procs, name, ["--listen", f"{netns.ip_a}:{port}", *size_args(name, "1M"), "--timeout", "30"],
+                      ["--connect", f"{netns.ip_a}:{port}", "--timeout", "30"], cm=True,
+                      prefix_resp=ns_exec(netns.a), prefix_req=ns_exec(netns.b))
+    if name != "rdma_atomic":
+        assert f" {1 << 20} bytes" in req.stdout
 
 
-@pytest.mark.parametrize("name", ["rdma_write", "rdma_read", "rdma_send_receive"])
-def test_netns_descriptor_dir(procs: List[Proc], netns: Dict[str, str], name: str, tmp_path: Path) -> None:
-    d = str(tmp_path)
-    run_pair(procs, name, ["--descriptor-dir", d, "--device", netns["va"], *size_args(name, "1M"),
-                           "--timeout", "30"],
-             ["--descriptor-dir", d, "--device", netns["vb"], "--timeout", "30"], cm=False,
-             prefix_resp=_in(netns["a"]), prefix_req=_in(netns["b"]))
+@pytest.mark.parametrize("name", PAIRS)
+def test_netns_descriptor_dir(procs: List[Proc], netns: NetnsPair, name: str, tmp_path: Path) -> None:
+    d = str(tmp_path / "desc")
+    _, req = run_pair(procs, name, ["--descriptor-dir", d, "--device", netns.va, *size_args(name, "1M"),
+                                    "--timeout", "30"],
+                      ["--descriptor-dir", d, "--device", netns.vb, "--timeout", "30"], cm=False,
+                      prefix_resp=ns_exec(netns.a), prefix_req=ns_exec(netns.b))
+    if name != "rdma_atomic":
+        assert f" {1 << 20} bytes" in req.stdout
+    assert os.listdir(d) == [], "both sides remove their descriptor files"
 
 
-def test_netns_loopbacks_are_separate(procs: List[Proc], netns: Dict[str, str]) -> None:
+def test_netns_loopbacks_are_separate(procs: List[Proc], netns: NetnsPair) -> None:
     """Each namespace has its own loopback: a requester in B connecting to
     127.0.0.1 does not reach a responder listening on A's loopback; both fail
     cleanly within their timeouts."""
     resp = Proc(sample("rdma_write", "responder", "--listen", "127.0.0.1:18516", "--size", "4K", "--timeout", "4"),
-                prefix=_in(netns["a"]))
+                prefix=ns_exec(netns.a))
     procs.append(resp)
     resp.wait_stderr("listening on 127.0.0.1:18516")
     req = Proc(sample("rdma_write", "requester", "--connect", "127.0.0.1:18516", "--timeout", "4"),
-               prefix=_in(netns["b"]))
+               prefix=ns_exec(netns.b))
     procs.append(req)
     assert req.finish() == 1, req.stdout
     assert "rdma_write requester: FAILED: " in req.stderr and "127.0.0.1:18516" in req.stderr

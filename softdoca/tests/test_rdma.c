@@ -701,6 +701,274 @@ static void test_rnr_park_deliver(void)
 	doca_buf_dec_refcount(s, NULL);
 }
 
+/* ------------------------------------------------------------------ frame boundaries
+ * Regression (link_on_readable): the payload readv must stop at the end of
+ * the current frame even when the destination (a posted receive, a read's
+ * local buffer) is larger than the payload and the next frame is already in
+ * the socket. Before the fix, a receive swallowed the frames behind its
+ * message. Every destination is filled with a sentinel first, so a byte
+ * written past a message's end shows even where the lengths come out right.
+ * Round 0 queues everything before the connection is up: the engine thread
+ * then writes all the frames in one flush before it reads any of them, so all
+ * of them sit in the socket together (deterministic). Round 1 submits on the
+ * established connection from this thread, back to back, no progress between. */
+#define FB_N 32
+#define FB_RBUF 8192
+#define FB_SMAX 128
+#define FB_RLEN 100
+#define FB_SENT 0xee
+
+struct fb {
+	struct doca_rdma *a, *b;
+	struct doca_rdma_connection *ca, *cb;
+	struct doca_buf_inventory *inv;
+	struct doca_buf *rb[FB_N], *sb[FB_N], *rd_src, *rd_dst, *fa_dst, *fa_res, *w_src, *w_dst;
+	struct doca_rdma_task_receive *rt[FB_N];
+	struct doca_rdma_task_send *st[FB_N];
+	struct doca_rdma_task_read *rd;
+	struct doca_rdma_task_atomic_fetch_add *fa;
+	struct doca_rdma_task_write *w;
+	struct done dr[FB_N], ds[FB_N], drd, dfa, dw;
+	uint8_t *rmem, *smem, *rd_local, *rd_remote, *w_remote, *w_local, *fa_local;
+	uint64_t *fa_target;
+};
+
+static size_t fb_len(int i)
+{
+	return 1 + (size_t)((i * 37) % 100); /* 32 different lengths in 1..100 */
+}
+
+static uint8_t fb_byte(int round, int i, size_t k)
+{
+	return (uint8_t)(round * 101 + i * 29 + k * 7 + 1);
+}
+
+static struct doca_rdma *fb_rdma(struct doca_dev *dev, struct doca_pe *pe, int which)
+{
+	struct doca_rdma *r = NULL;
+	uint32_t perms = DOCA_ACCESS_FLAG_LOCAL_READ_WRITE | DOCA_ACCESS_FLAG_RDMA_READ | DOCA_ACCESS_FLAG_RDMA_WRITE |
+			 DOCA_ACCESS_FLAG_RDMA_ATOMIC;
+	uint32_t n = 2 * FB_N;
+
+	RC(doca_rdma_create(dev, &r), DOCA_SUCCESS);
+	if (!r)
+		return NULL;
+	doca_rdma_set_permissions(r, perms);
+	doca_rdma_set_connection_state_callbacks(r, on_req, on_est, on_fail, on_disc);
+	doca_rdma_task_receive_set_conf(r, task_receive_cb, task_receive_cb, n);
+	doca_rdma_task_send_set_conf(r, task_send_cb, task_send_cb, n);
+	doca_rdma_task_read_set_conf(r, task_read_cb, task_read_cb, 4);
+	doca_rdma_task_write_set_conf(r, task_write_cb, task_write_cb, 4);
+	doca_rdma_task_atomic_fetch_add_set_conf(r, task_atomic_fetch_add_cb, task_atomic_fetch_add_cb, 4);
+	doca_ctx_set_user_data(doca_rdma_as_ctx(r), (union doca_data){.u64 = (uint64_t)which});
+	doca_pe_connect_ctx(pe, doca_rdma_as_ctx(r));
+	RC(doca_ctx_start(doca_rdma_as_ctx(r)), DOCA_SUCCESS);
+	return r;
+}
+
+/* Posts FB_N receives on b, then submits FB_N sends, a read into a buffer
+ * larger than the read, a fetch_add and a write on a, back to back. With da
+ * (a's details), b's doca_rdma_connect completes the connection only after
+ * all of them were submitted. */
+static int fb_submit(struct fb *f, int round, const void *da, size_t la)
+{
+	int ok = 1;
+
+	for (int i = 0; i < FB_N; i++) {
+		memset(f->rmem + (size_t)i * FB_RBUF, FB_SENT, FB_RBUF);
+		doca_buf_reset_data_len(f->rb[i]);
+		f->dr[i] = (struct done){0};
+		f->ds[i] = (struct done){0};
+		for (size_t k = 0; k < fb_len(i); k++)
+			f->smem[(size_t)i * FB_SMAX + k] = fb_byte(round, i, k);
+	}
+	memset(f->rd_local, FB_SENT, FB_RBUF);
+	doca_buf_reset_data_len(f->rd_dst);
+	doca_buf_reset_data_len(f->fa_res);
+	for (size_t k = 0; k < FB_RLEN; k++)
+		f->rd_remote[k] = fb_byte(round + 7, 99, k);
+	memset(f->w_local, 0x40 + round, 64);
+	memset(f->w_remote, 0, 64);
+	*f->fa_target = 1000;
+	f->drd = f->dfa = f->dw = (struct done){0};
+
+	for (int i = 0; i < FB_N; i++)
+		ok &= doca_task_submit(doca_rdma_task_receive_as_task(f->rt[i])) == DOCA_SUCCESS;
+	for (int i = 0; i < FB_N; i++)
+		ok &= doca_task_submit(doca_rdma_task_send_as_task(f->st[i])) == DOCA_SUCCESS;
+	ok &= doca_task_submit(doca_rdma_task_read_as_task(f->rd)) == DOCA_SUCCESS;
+	ok &= doca_task_submit(doca_rdma_task_atomic_fetch_add_as_task(f->fa)) == DOCA_SUCCESS;
+	ok &= doca_task_submit(doca_rdma_task_write_as_task(f->w)) == DOCA_SUCCESS;
+	if (da)
+		ok &= doca_rdma_connect(f->b, da, la, f->cb) == DOCA_SUCCESS;
+	return ok;
+}
+
+static int fb_all_done(struct fb *f)
+{
+	for (int i = 0; i < FB_N; i++)
+		if (!f->dr[i].done || !f->ds[i].done)
+			return 0;
+	return f->drd.done && f->dfa.done && f->dw.done;
+}
+
+static void fb_check(struct fb *f, int round, const char *how, struct cev *e0, struct cev *e1)
+{
+	double end = now_s() + 5;
+	int sent_ok = 1, recv_ok = 1, order_ok = 1, tail_ok = 1, nok = 0;
+	size_t dl = 0;
+	uint64_t old = 0;
+
+	/* bounded: stops early once a connection of this test failed or closed */
+	while (!fb_all_done(f) && now_s() < end && ev[0].fail == e0->fail && ev[0].disc == e0->disc &&
+	       ev[1].fail == e1->fail && ev[1].disc == e1->disc)
+		progress_both();
+	for (int i = 0; i < FB_N; i++) {
+		const uint8_t *got = f->rmem + (size_t)i * FB_RBUF;
+		size_t want = fb_len(i);
+
+		if (!f->ds[i].done || f->ds[i].st != DOCA_SUCCESS)
+			sent_ok = 0;
+		if (!f->dr[i].done || f->dr[i].st != DOCA_SUCCESS) {
+			recv_ok = 0;
+			continue;
+		}
+		nok++;
+		doca_buf_get_data_len(f->rb[i], &dl);
+		if (doca_rdma_task_receive_get_result_len(f->rt[i]) != want || dl != want ||
+		    memcmp(got, f->smem + (size_t)i * FB_SMAX, want) != 0) {
+			if (order_ok)
+				printf("info %s: receive %d: len %u, data_len %zu, want %zu\n", how, i,
+				       doca_rdma_task_receive_get_result_len(f->rt[i]), dl, want);
+			order_ok = 0;
+		}
+		for (size_t k = want; k < FB_RBUF; k++)
+			if (got[k] != FB_SENT) {
+				if (tail_ok)
+					printf("info %s: receive %d: byte %zu past its %zu-byte message written\n", how,
+					       i, k, want);
+				tail_ok = 0;
+				break;
+			}
+	}
+	CHECK(sent_ok, "%s: %d short sends back to back completed", how, FB_N);
+	CHECK(recv_ok, "%s: %d receives of %d KiB completed (%d ok)", how, FB_N, FB_RBUF / 1024, nok);
+	CHECK(order_ok, "%s: every receive holds exactly its own message (lengths 1..100, in order)", how);
+	CHECK(tail_ok, "%s: no receive buffer written past its message", how);
+
+	doca_buf_get_data_len(f->rd_dst, &dl);
+	CHECK(f->drd.done && f->drd.st == DOCA_SUCCESS && doca_rdma_task_read_get_result_len(f->rd) == FB_RLEN &&
+		      dl == FB_RLEN && memcmp(f->rd_local, f->rd_remote, FB_RLEN) == 0,
+	      "%s: %d-byte read into an %d KiB buffer: result len %u, data_len %zu, bytes match", how, FB_RLEN,
+	      FB_RBUF / 1024, doca_rdma_task_read_get_result_len(f->rd), dl);
+	tail_ok = 1;
+	for (size_t k = FB_RLEN; k < FB_RBUF; k++)
+		tail_ok &= f->rd_local[k] == FB_SENT;
+	CHECK(tail_ok, "%s: read buffer untouched past the read length", how);
+	memcpy(&old, f->fa_local, 8);
+	CHECK(f->dfa.done && f->dfa.st == DOCA_SUCCESS && old == 1000 && *f->fa_target == 1000 + 5 + (uint64_t)round,
+	      "%s: fetch_add right behind the read: old %llu, target %llu", how, (unsigned long long)old,
+	      (unsigned long long)*f->fa_target);
+	CHECK(f->dw.done && f->dw.st == DOCA_SUCCESS && f->w_remote[0] == 0x40 + round && f->w_remote[63] == 0x40 + round,
+	      "%s: write behind them landed", how);
+	CHECK(f->ca->state == SDC_ESTABLISHED && f->cb->state == SDC_ESTABLISHED && ev[0].fail == e0->fail &&
+		      ev[0].disc == e0->disc && ev[1].fail == e1->fail && ev[1].disc == e1->disc,
+	      "%s: connection still up on both sides", how);
+}
+
+static void test_frame_boundaries(struct doca_dev *dev)
+{
+	struct fb *f = calloc(1, sizeof(*f));
+	struct cev e0 = ev[0], e1 = ev[1];
+	const void *da = NULL, *db = NULL;
+	size_t la = 0, lb = 0;
+	int ok = 1;
+	double end;
+	enum doca_ctx_states sa, sb;
+
+	f->rmem = memB + (3u << 20) + (1u << 19); /* FB_N x 8 KiB receive buffers */
+	f->rd_remote = memB + (3u << 20) + (3u << 18);
+	f->fa_target = (uint64_t *)(f->rd_remote + 4096);
+	f->w_remote = f->rd_remote + 8192;
+	f->smem = memA + (3u << 20) + (1u << 19); /* FB_N x 128-byte messages */
+	f->rd_local = f->smem + 65536;
+	f->fa_local = f->rd_local + FB_RBUF;
+	f->w_local = f->fa_local + 64;
+
+	f->a = fb_rdma(dev, pa, 0);
+	f->b = fb_rdma(dev, pb, 1);
+	RC(doca_buf_inventory_create(2 * FB_N + 8, &f->inv), DOCA_SUCCESS);
+	RC(doca_buf_inventory_start(f->inv), DOCA_SUCCESS);
+	for (int i = 0; i < FB_N; i++) {
+		f->rb[i] = buf(f->inv, mB, f->rmem + (size_t)i * FB_RBUF, FB_RBUF, 0);
+		f->sb[i] = buf(f->inv, mA, f->smem + (size_t)i * FB_SMAX, FB_SMAX, fb_len(i));
+	}
+	f->rd_src = buf(f->inv, rB, f->rd_remote, FB_RLEN, FB_RLEN);
+	f->rd_dst = buf(f->inv, mA, f->rd_local, FB_RBUF, 0);
+	f->fa_dst = buf(f->inv, rB, f->fa_target, 8, 0);
+	f->fa_res = buf(f->inv, mA, f->fa_local, 64, 0);
+	f->w_src = buf(f->inv, mA, f->w_local, 64, 64);
+	f->w_dst = buf(f->inv, rB, f->w_remote, 64, 0);
+
+	RC(doca_rdma_export(f->a, &da, &la, &f->ca), DOCA_SUCCESS);
+	RC(doca_rdma_export(f->b, &db, &lb, &f->cb), DOCA_SUCCESS);
+	for (int i = 0; i < FB_N; i++) {
+		ok &= doca_rdma_task_receive_allocate_init(f->b, f->rb[i], (union doca_data){.ptr = &f->dr[i]},
+							   &f->rt[i]) == DOCA_SUCCESS;
+		ok &= doca_rdma_task_send_allocate_init(f->a, f->ca, f->sb[i], (union doca_data){.ptr = &f->ds[i]},
+							&f->st[i]) == DOCA_SUCCESS;
+	}
+	ok &= doca_rdma_task_read_allocate_init(f->a, f->ca, f->rd_src, f->rd_dst, (union doca_data){.ptr = &f->drd},
+						&f->rd) == DOCA_SUCCESS;
+	ok &= doca_rdma_task_atomic_fetch_add_allocate_init(f->a, f->ca, f->fa_dst, f->fa_res, 5,
+							    (union doca_data){.ptr = &f->dfa}, &f->fa) == DOCA_SUCCESS;
+	ok &= doca_rdma_task_write_allocate_init(f->a, f->ca, f->w_src, f->w_dst, (union doca_data){.ptr = &f->dw},
+						 &f->w) == DOCA_SUCCESS;
+	CHECK(ok, "frame boundaries: %d receive + %d send tasks, read, fetch_add, write allocated", FB_N, FB_N);
+
+	/* round 0: all submitted while the connection is still being set up */
+	RC(doca_rdma_connect(f->a, db, lb, f->ca), DOCA_SUCCESS);
+	CHECK(fb_submit(f, 0, da, la), "queued before the connection is up: all submitted, then the peer connects");
+	fb_check(f, 0, "queued", &e0, &e1);
+
+	/* round 1: on the established connection, from this thread, no progress in between */
+	doca_rdma_task_atomic_fetch_add_set_add_data(f->fa, 6);
+	CHECK(fb_submit(f, 1, NULL, 0), "established: all submitted back to back");
+	fb_check(f, 1, "established", &e0, &e1);
+
+	/* teardown; bounded, and complete even when the checks above failed */
+	doca_rdma_connection_disconnect(f->ca);
+	doca_ctx_stop(doca_rdma_as_ctx(f->a));
+	doca_ctx_stop(doca_rdma_as_ctx(f->b));
+	end = now_s() + 5;
+	do {
+		progress_both();
+		doca_ctx_get_state(doca_rdma_as_ctx(f->a), &sa);
+		doca_ctx_get_state(doca_rdma_as_ctx(f->b), &sb);
+	} while ((sa != DOCA_CTX_STATE_IDLE || sb != DOCA_CTX_STATE_IDLE) && now_s() < end);
+	CHECK(sa == DOCA_CTX_STATE_IDLE && sb == DOCA_CTX_STATE_IDLE, "frame boundaries: both contexts stopped");
+	for (int i = 0; i < FB_N; i++) {
+		doca_task_free(doca_rdma_task_receive_as_task(f->rt[i]));
+		doca_task_free(doca_rdma_task_send_as_task(f->st[i]));
+		doca_buf_dec_refcount(f->rb[i], NULL);
+		doca_buf_dec_refcount(f->sb[i], NULL);
+	}
+	doca_task_free(doca_rdma_task_read_as_task(f->rd));
+	doca_task_free(doca_rdma_task_atomic_fetch_add_as_task(f->fa));
+	doca_task_free(doca_rdma_task_write_as_task(f->w));
+	doca_buf_dec_refcount(f->rd_src, NULL);
+	doca_buf_dec_refcount(f->rd_dst, NULL);
+	doca_buf_dec_refcount(f->fa_dst, NULL);
+	doca_buf_dec_refcount(f->fa_res, NULL);
+	doca_buf_dec_refcount(f->w_src, NULL);
+	doca_buf_dec_refcount(f->w_dst, NULL);
+	RC(doca_buf_inventory_stop(f->inv), DOCA_SUCCESS);
+	doca_buf_inventory_destroy(f->inv);
+	RC(doca_rdma_destroy(f->a), DOCA_SUCCESS);
+	RC(doca_rdma_destroy(f->b), DOCA_SUCCESS);
+	free(f);
+}
+
 /* The wire header, encoded independently of the library (layout in rdma.h). */
 static void t_hdr_encode(const struct sd_hdr *h, uint8_t *o)
 {
@@ -1240,6 +1508,7 @@ int main(int argc, char **argv)
 	test_write(dev);
 	test_read();
 	test_send_recv();
+	test_frame_boundaries(dev);
 	test_atomics();
 	test_access_errors();
 	test_rnr_park_deliver();
