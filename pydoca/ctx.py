@@ -33,6 +33,8 @@ class Context(Resource):
     """Base for DOCA contexts (``doca_ctx``). Subclasses create the concrete
     object, then call ``_attach(ctx_ptr)`` before configuring and starting."""
 
+    _close_rank = 0   # an owner closes its contexts before its memory and buffers
+
     def __init__(self, pe: ProgressEngine, *, owners: tuple[Resource, ...] = ()) -> None:
         super().__init__(pe)
         self.pe = pe
@@ -124,6 +126,7 @@ class Task(Generic[T]):
     def __init__(self, ctx: Context, keep: tuple[Any, ...] = ()) -> None:
         self.ctx = ctx
         self._keep = keep              # buffers & memory the task uses stay alive
+        self._maps: List[Any] = []     # MemoryMaps pinned against close while in flight
         self.status = TaskStatus.PENDING
         self.error: Optional[DocaError] = None
         self.value: Optional[T] = None
@@ -148,7 +151,15 @@ class Task(Generic[T]):
             lib.doca_task_free(c_task)
             self._c_task = ffi.NULL
             check(rc, f"submit {type(self).__name__}")
+        self._maps = [m for m in (getattr(b, "mmap", None) for b in self._keep) if m is not None]
+        for m in self._maps:           # a MemoryMap refuses to close under an in-flight task
+            m._inflight += 1
         return self
+
+    def _release_maps(self) -> None:
+        for m in self._maps:
+            m._inflight -= 1
+        self._maps = []
 
     def _collect(self, c_task: Any) -> Optional[T]:
         """Read the task's results before it is freed (subclasses)."""
@@ -167,6 +178,7 @@ class Task(Generic[T]):
             lib.doca_task_free(c_task)
             self._c_task = ffi.NULL
             self._keep = ()
+            self._release_maps()
             self.completed_at = time.monotonic()
         for cb in self._done_callbacks:
             cb(self)

@@ -141,8 +141,16 @@ class MemoryMap(Resource):
         except Exception as exc:  # noqa: BLE001 - the construction error matters more
             log.error("cleanup after failed MemoryMap setup failed", error=str(exc))
 
+    _inflight = 0   # tasks in flight that use this memory (maintained by pydoca.ctx.Task)
+
     def close(self) -> None:
-        """Close buffers on this map, stop and destroy it, then unpin the memory."""
+        """Close buffers on this map, stop and destroy it, then unpin the memory.
+        Refused (InUseError) while a task using the memory is in flight: stop
+        the Rdma context or wait for the task first, so the engine never
+        touches memory that was handed back."""
+        if not self.closed and self._inflight > 0:
+            from .errors import InUseError
+            raise InUseError(f"{self._inflight} task(s) in flight use this memory", code=InUseError.code)
         super().close()
         self._pin = None
         self._obj = None

@@ -36,6 +36,7 @@ class Resource:
     """A DOCA object with an owner chain. Subclasses implement ``_destroy``."""
 
     _closed: bool = True
+    _close_rank: int = 1          # lower closes earlier among siblings (contexts: 0)
 
     def __init__(self, parent: Optional["Resource"] = None) -> None:
         self._parent = parent
@@ -60,10 +61,10 @@ class Resource:
         """Close children (newest first), then this object. Idempotent."""
         if self._closed:
             return
-        for key in sorted(list(self._children.keys()), reverse=True):
-            child = self._children.get(key)
-            if child is not None:
-                child.close()
+        # contexts first (they fail and deliver in-flight tasks), then newest first
+        children = [c for c in (self._children.get(k) for k in list(self._children.keys())) if c is not None]
+        for child in sorted(children, key=lambda c: (c._close_rank, -c._seq)):
+            child.close()
         try:
             self._shutdown()
         finally:

@@ -72,3 +72,20 @@ def test_close_order_and_idempotence() -> None:
         pe.progress()
     with pytest.raises(E.ClosedError):
         rdma.export()
+
+
+def test_memory_under_an_inflight_task_cannot_be_closed_and_contexts_close_first() -> None:
+    dev = pydoca.Device.open(iface="lo")
+    pe = pydoca.ProgressEngine()
+    rdma = pydoca.Rdma(dev, pe)
+    mm = pydoca.MemoryMap(dev, bytearray(4096), access=pydoca.Access.LOCAL_READ_WRITE)  # created after rdma
+    inv = pydoca.BufferInventory(4)
+    task = rdma.receive(inv.buffer(mm, empty=True))
+    with pytest.raises(E.InUseError):
+        mm.close()
+    assert not mm.closed
+    dev.close()      # the Rdma context goes first: its stop fails the receive, then the memory is released
+    assert task.done and isinstance(task.error, E.DocaError)
+    assert rdma.closed and mm.closed
+    inv.close()
+    pe.close()
