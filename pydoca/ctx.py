@@ -217,9 +217,4 @@ class Task(Generic[T]):
         return f"<{type(self).__name__} {self.status.value}>"
 
 
-def raise_if_running(ctx: Context) -> None:
-    if ctx.state != CtxState.IDLE:
-        raise DocaError(f"{type(ctx).__name__} must be idle to configure", code=18)
-
-
-__all__ = ["Context", "CtxState", "Task", "TaskStatus", "InProgressError"]
+__all__ = ["Context", "CtxState", "Task", "TaskStatus"]
