@@ -7,6 +7,7 @@ import asyncio
 import base64
 import hashlib
 import select
+import signal
 import time
 from typing import Any, Dict, Iterator, Tuple
 
@@ -190,14 +191,21 @@ def test_peer_killed_mid_stream_fails_tasks_within_bound(local: Local, peer: Pee
     lm = local.local(bytearray(big))
     events = []
     local.rdma.on_connection = lambda c, st: events.append(st)
-    # ~0.5 GiB in flight: far more than can finish before the kill lands
-    tasks = [local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm)) for _ in range(120)]
+    # the peer is frozen first, so every write is surely outstanding when it dies
+    peer.proc.send_signal(signal.SIGSTOP)
+    tasks = [local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm)) for _ in range(16)]
+    local.pe.progress_all()
+    assert not any(t.done for t in tasks)
     peer.kill()
     t0 = time.monotonic()
     for t in tasks:
         t.wait(8)
-    assert time.monotonic() - t0 < 8
-    assert any(t.error is not None for t in tasks)
+    elapsed = time.monotonic() - t0
+    summary = {t.status.value: 0 for t in tasks}
+    for t in tasks:
+        summary[t.status.value] += 1
+    assert elapsed < 8, (elapsed, summary)
+    assert all(t.error is not None for t in tasks), summary
     assert all(isinstance(t.error, E.DocaError) for t in tasks if t.error is not None)
     local.pe.run_until(lambda: conn.closed, 8, what="disconnect callback")
     assert conn.state in (pydoca.ConnectionState.DISCONNECTED, pydoca.ConnectionState.FAILED)
