@@ -93,6 +93,13 @@ class Peer:
             self.pe.wait(0.05)
         return {"states": [c.state.value for c in self.rdma.connections]}
 
+    def send_then_disconnect(self, text: str) -> Dict[str, Any]:
+        mem = bytearray(text.encode())
+        mm = pydoca.MemoryMap(self.dev, mem, access=Access.LOCAL_READ_WRITE)
+        self.rdma.send(self.conn, self.inv.buffer(mm)).result(10)
+        self.conn.disconnect()
+        return {}
+
     def stop_mmap(self) -> Dict[str, Any]:
         self.mm.close()
         return {}

@@ -334,3 +334,20 @@ def test_asyncio_connection_events(peer: PeerProc) -> None:
         assert started["private"] == "b2s="
     finally:
         server.close()
+
+
+def test_completion_that_arrived_before_a_disconnect_is_delivered_first(local: Local, peer: PeerProc) -> None:
+    """A message received just before the peer disconnected is seen before the
+    disconnect callback, even when both are delivered by one progress call."""
+    conn, _ = connect(local, peer, "oob")
+    order: list[str] = []
+    local.rdma.on_connection = lambda c, st: order.append(st.value)
+    m = local.local(bytearray(64))
+    task = local.rdma.receive(local.inv.buffer(m, empty=True))
+    task.add_done_callback(lambda t: order.append("received"))
+    peer.call("send_then_disconnect", text="last words")
+    time.sleep(0.3)            # both the message and the disconnect are now queued locally
+    local.pe.progress()
+    local.pe.progress_all()
+    assert order[:2] == ["received", "disconnected"], order
+    assert task.result(0).data == b"last words"

@@ -319,6 +319,12 @@ struct doca_pe {
 	int destroyed;
 };
 
+/* Which part of doca_pe_progress is running on this thread: ctx event hooks
+ * deliver connection-opening events BEFORE task completions and
+ * connection-ending events (failure, disconnect) AFTER them. */
+enum { SD_PE_PHASE_ANY = 0, SD_PE_PHASE_BEFORE = 1, SD_PE_PHASE_AFTER = 2 };
+extern _Thread_local int sd_pe_phase;
+
 /* Signal the pe's notification fd (any thread), e.g. when a ctx event is
  * queued for delivery in progress. */
 void sd_pe_wake(struct doca_pe *pe);

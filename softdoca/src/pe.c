@@ -175,6 +175,8 @@ static int deliver_completions(struct doca_pe *pe)
 	return n;
 }
 
+_Thread_local int sd_pe_phase = SD_PE_PHASE_ANY;
+
 SD_EXPORT uint8_t doca_pe_progress(struct doca_pe *pe)
 {
 	int did = 0, r;
@@ -182,15 +184,25 @@ SD_EXPORT uint8_t doca_pe_progress(struct doca_pe *pe)
 	if (!pe_live(pe))
 		return 0;
 	atomic_store(&pe->wake_pending, 0);
+	/* Causal order: events that open a path (requests, establishment) come
+	 * before the completions they enable; events that end one (failure,
+	 * disconnect) come after the completions that arrived before them. */
+	sd_pe_phase = SD_PE_PHASE_BEFORE;
 	r = ctx_pass(pe, 1);
-	if (r < 0)
+	if (r < 0) {
+		sd_pe_phase = SD_PE_PHASE_ANY;
 		return 1;
+	}
 	did += r;
 	r = deliver_completions(pe);
 	did += r;
-	if (!pe_live(pe))
+	if (!pe_live(pe)) {
+		sd_pe_phase = SD_PE_PHASE_ANY;
 		return 1;
-	r = ctx_pass(pe, 0);
+	}
+	sd_pe_phase = SD_PE_PHASE_AFTER;
+	r = ctx_pass(pe, 1);
+	sd_pe_phase = SD_PE_PHASE_ANY;
 	if (r != 0)
 		did = 1;
 	return did > 0;

@@ -108,6 +108,9 @@ static int rdma_progress(struct doca_ctx *ctx)
 
 		pthread_mutex_lock(&rdma->ev_lock);
 		ev = rdma->ev_head;
+		if (ev && sd_pe_phase == SD_PE_PHASE_BEFORE &&
+		    (ev->type == SD_EV_FAILURE || ev->type == SD_EV_DISCONNECT))
+			ev = NULL; /* after the completions that arrived before it */
 		if (ev) {
 			rdma->ev_head = ev->next;
 			if (!rdma->ev_head)
