@@ -48,7 +48,7 @@ if [ -f samples/client_server/spec.yaml ]; then
   $py -m pydoca.cli request 127.0.0.1:$port endpoints
   head -c 65536 /dev/urandom > "$tmp/blob.bin"
   $py -m pydoca.cli request "$tmp/server.json" write /upload --in "$tmp/blob.bin"
-  $py -m pydoca.cli request 127.0.0.1:$port call /echo --data "hello over rdma"
+  $py -m pydoca.cli request 127.0.0.1:$port call /echo --data "hello over rdma"; echo
   kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 fi
 echo "demo OK"
