@@ -277,10 +277,7 @@ class Requester:
         if channel is not None:
             channel.closing = True
         if self.conn is not None:
-            try:
-                self.conn.disconnect()
-            except Exception as exc:  # noqa: BLE001
-                log.debug("disconnect failed", error=str(exc))
+            self.conn.disconnect()
         for op in list(self._ops.values()):
             self._answer(op, error=Disconnected("requester closed"))
         rdma: Optional[Rdma] = getattr(self, "rdma", None)
@@ -531,10 +528,7 @@ class Requester:
         if self._fatal is None:
             self._fatal = error
         if self.conn is not None:
-            try:
-                self.conn.disconnect()
-            except Exception as exc:  # noqa: BLE001
-                log.debug("disconnect failed", error=str(exc))
+            self.conn.disconnect()
         for op in list(self._ops.values()):
             self._answer(op, error=error)
 

@@ -286,10 +286,7 @@ class Responder:
         if channel is not None:
             channel.closing = True
         for peer in list(self._peers.values()):
-            try:
-                peer.conn.disconnect()
-            except Exception as exc:  # noqa: BLE001
-                log.debug("disconnect at close failed", error=str(exc))
+            peer.conn.disconnect()
         rdma: Optional[Rdma] = getattr(self, "rdma", None)
         if rdma is not None:
             try:
@@ -368,10 +365,7 @@ class Responder:
         peer.gone = True
         log.info("requester gone", peer=str(peer.info or peer.id), reason=why)
         if peer.conn.state in (ConnectionState.ESTABLISHED, ConnectionState.PENDING):
-            try:
-                peer.conn.disconnect()
-            except Exception as exc:  # noqa: BLE001
-                log.debug("disconnect failed", error=str(exc))
+            peer.conn.disconnect()
         self.channel.drop_outbox(peer.conn)
         for ep in self.endpoints:
             ep.waiting = collections.deque(r for r in ep.waiting if r.peer is not peer)

@@ -140,11 +140,12 @@ class Connection:
         return self
 
     def disconnect(self) -> None:
-        """Disconnect; outstanding tasks on it fail. Idempotent."""
+        """Disconnect; outstanding tasks on it fail. Idempotent, never raises."""
         if self.state in (ConnectionState.ESTABLISHED, ConnectionState.PENDING):
-            rc = lib.doca_rdma_connection_disconnect(self._c)
-            if rc != 0:
-                log.debug("disconnect", rc=rc)
+            if self._c is not None:      # an outgoing CM request has no DOCA object until answered
+                rc = lib.doca_rdma_connection_disconnect(self._c)
+                if rc != 0:
+                    log.debug("disconnect", rc=rc)
             self.state = ConnectionState.DISCONNECTED
 
     def __repr__(self) -> str:
