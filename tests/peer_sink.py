@@ -25,6 +25,7 @@ def main(port: int) -> None:
             while not select.select([sys.stdin], [], [], 0)[0]:
                 pe.wait(0.05)
             sys.stdin.read()
+            pe.progress_all()    # completions the engine already placed, not yet delivered
             print(" ".join(map(str, lengths)), flush=True)
             for c in rdma.connections:
                 c.disconnect()
