@@ -184,6 +184,21 @@ def test_send_without_receive_fails_like_rnr(local: Local, peer: PeerProc) -> No
     assert time.monotonic() - t0 < 8
 
 
+def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
+    """SIGSTOP is asynchronous: wait until every thread of pid is stopped."""
+    import os
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                states.append(fh.read().rsplit(")", 1)[1].split()[0])
+        if states and all(st in ("T", "t") for st in states):
+            return
+        time.sleep(0.01)
+    raise TimeoutError(f"process {pid} did not stop")
+
+
 def test_peer_killed_mid_stream_fails_tasks_within_bound(local: Local, peer: PeerProc) -> None:
     big = 4 << 20
     conn, started = connect(local, peer, "oob", size=big)
@@ -193,6 +208,7 @@ def test_peer_killed_mid_stream_fails_tasks_within_bound(local: Local, peer: Pee
     local.rdma.on_connection = lambda c, st: events.append(st)
     # the peer is frozen first, so every write is surely outstanding when it dies
     peer.proc.send_signal(signal.SIGSTOP)
+    _wait_stopped(peer.proc.pid)
     tasks = [local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm)) for _ in range(16)]
     local.pe.progress_all()
     assert not any(t.done for t in tasks)
