@@ -173,7 +173,7 @@ def test_missing_without_timeout_fails_at_once(tmp_path: Path) -> None:
     start = time.monotonic()
     with pytest.raises(DescriptorError, match="not found"):
         read_descriptor(tmp_path / "missing.json", KIND)
-    assert time.monotonic() - start < 0.5
+    assert time.monotonic() - start < 2.0
 
 
 def test_timeout_waiting_is_bounded(tmp_path: Path) -> None:
