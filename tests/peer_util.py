@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+from rdma_util import free_port  # noqa: F401 - shared by the peer tests
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -34,11 +35,6 @@ endpoints:
   - {path: /big, type: write, buffer: {size: 4MiB}}
 """
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def env() -> Dict[str, str]:

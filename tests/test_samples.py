@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from typing import Iterator, List, Optional, Sequence
 
 import pytest
 from netns import NetnsPair, ns_exec, veth_namespaces
+from rdma_util import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -92,11 +92,6 @@ def procs() -> Iterator[List[Proc]]:
         p.kill()
         p.finish(10)
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sample(name: str, *args: str) -> List[str]:

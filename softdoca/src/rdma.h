@@ -426,6 +426,8 @@ socklen_t sd_dev_sockaddr(const struct doca_devinfo *info, int v6, uint16_t port
 void sd_addr_from_sockaddr(struct doca_rdma_addr *a, const struct sockaddr_storage *ss, socklen_t len);
 int sd_open_listener(struct doca_rdma *rdma, int v6, uint16_t port, int oob, doca_error_t *err);
 int sd_rdma_ctx_usable(struct doca_rdma *rdma);
+/* BAD_STATE when the ctx cannot take connections, FULL at max_num_connections. */
+doca_error_t sd_rdma_conn_slot_check(struct doca_rdma *rdma);
 struct doca_rdma_connection *sd_conn_new(struct doca_rdma *rdma);
 void sd_conn_fail(struct doca_rdma_connection *c, enum sd_fail_reason why);
 int sd_conn_send_ctrl(struct sd_link *l, uint8_t op, const void *payload, size_t len);

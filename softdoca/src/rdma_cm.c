@@ -283,14 +283,9 @@ SD_EXPORT doca_error_t doca_rdma_connect_to_addr(struct doca_rdma *rdma, struct 
 	if (!sd_handle_live(addr) || addr->port == 0)
 		return DOCA_ERROR_INVALID_VALUE;
 	sd_eng_lock();
-	if (!sd_rdma_ctx_usable(rdma)) {
-		rc = DOCA_ERROR_BAD_STATE;
+	rc = sd_rdma_conn_slot_check(rdma);
+	if (rc != DOCA_SUCCESS)
 		goto out;
-	}
-	if (rdma->nconns_active >= rdma->max_conns) {
-		rc = DOCA_ERROR_FULL;
-		goto out;
-	}
 	c = sd_conn_new(rdma);
 	if (!c) {
 		rc = DOCA_ERROR_NO_MEMORY;

@@ -415,6 +415,16 @@ void sd_conn_dial(struct doca_rdma_connection *c, const struct sockaddr_storage 
 }
 
 /* ---------------------------------------------------------------- OOB API */
+/* May a new connection be created now? Called with the engine lock held. */
+doca_error_t sd_rdma_conn_slot_check(struct doca_rdma *rdma)
+{
+	if (!sd_rdma_ctx_usable(rdma))
+		return DOCA_ERROR_BAD_STATE;
+	if (rdma->nconns_active >= rdma->max_conns)
+		return DOCA_ERROR_FULL;
+	return DOCA_SUCCESS;
+}
+
 SD_EXPORT doca_error_t doca_rdma_export(struct doca_rdma *rdma, const void **details, size_t *size,
 					struct doca_rdma_connection **conn)
 {
@@ -428,14 +438,9 @@ SD_EXPORT doca_error_t doca_rdma_export(struct doca_rdma *rdma, const void **det
 	if (!sd_rdma_live(rdma))
 		return DOCA_ERROR_BAD_STATE;
 	sd_eng_lock();
-	if (!sd_rdma_ctx_usable(rdma)) {
-		rc = DOCA_ERROR_BAD_STATE;
+	rc = sd_rdma_conn_slot_check(rdma);
+	if (rc != DOCA_SUCCESS)
 		goto out;
-	}
-	if (rdma->nconns_active >= rdma->max_conns) {
-		rc = DOCA_ERROR_FULL;
-		goto out;
-	}
 	if (!rdma->oob) {
 		const struct doca_devinfo *in = &rdma->dev->info;
 		if (!in->has_ipv4 && !in->has_ipv6) {
