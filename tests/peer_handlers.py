@@ -62,3 +62,14 @@ def slow(payload: bytes) -> bytes:
 
 def fail_read(view: memoryview, length: int) -> None:
     raise KeyError("nothing to read")
+
+
+def slow_write(view: memoryview, length: int) -> None:
+    """Sleeps float(data) seconds: keeps a write endpoint busy."""
+    time.sleep(float(bytes(view) or b"0.5"))
+
+
+async def async_echo(payload: bytes) -> bytes:
+    import asyncio
+    await asyncio.sleep(0.01)
+    return payload[::-1]

@@ -56,15 +56,42 @@ class RawClient:
         self.pe.run_until(lambda: bool(self.got), timeout, what="a frame")
         return P.decode(self.got.pop(0))
 
-    def hello(self, name: str = "raw") -> dict:
-        self.send(P.encode(P.Ident(name, b""), 0))
+    def hello(self, name: str = "raw", token: Optional[bytes] = None, key_id: str = "") -> dict:
+        """IDENT (and AUTH with ``token``), then the reassembled hello; maps the private region."""
+        from pydoca.peer.auth import client_mac
+        nonce = b"\x07" * P.NONCE
+        self.send(P.encode(P.Ident(name, key_id, nonce), 0))
         parts: List[bytes] = []
         while True:
             frame = self.expect()
-            assert isinstance(frame.msg, P.Hello)
+            if isinstance(frame.msg, P.Challenge):
+                assert token is not None, "the responder asks for a token"
+                self.send(P.encode(P.Auth(client_mac(token, nonce, frame.msg.nonce, name, key_id)), 0))
+                continue
+            assert isinstance(frame.msg, P.Hello), frame
             parts.append(frame.msg.chunk)
             if not frame.flags & P.FLAG_MORE:
-                return P.parse_hello(b"".join(parts))
+                doc = P.parse_hello(b"".join(parts))
+                self.region_blob = __import__("base64").b64decode(doc["region"]) if doc["region"] else b""
+                return doc
+
+    def rdma_op(self, kind: str, blob: bytes, offset: int, data: bytes = b"", length: int = 0) -> Any:
+        """An RDMA write or read against ``blob`` (an mmap export); returns the task after it finished."""
+        rmap = pydoca.MemoryMap.from_export(self.dev, blob)
+        mem = bytearray(data or bytes(length))
+        mm = pydoca.MemoryMap(self.dev, mem, access=Access.LOCAL_READ_WRITE)
+        try:
+            local = self.inv.buffer(mm, data_len=len(data)) if data else self.inv.buffer(mm, empty=True)
+            remote = self.inv.buffer(rmap, offset=offset, length=len(mem), data_len=len(mem), empty=bool(data))
+            task = (self.rdma.write(self.conn, local, remote) if kind == "write"
+                    else self.rdma.read(self.conn, remote, local))
+            task.wait(10)
+            local.close()
+            remote.close()
+            return task, bytes(mem)
+        finally:
+            mm.close()
+            rmap.close()
 
     def wait_closed(self, timeout: float = 10.0) -> None:
         self.pe.run_until(lambda: self.conn.closed, timeout, what="disconnect")

@@ -31,7 +31,8 @@ endpoints:
   - {path: /fail, type: call, buffer: {size: 4KiB}, handler: "peer_handlers:fail"}
   - {path: /sized, type: call, buffer: {size: 16KiB}, handler: "peer_handlers:sized"}
   - {path: /slow, type: call, buffer: {size: 64}, handler: "peer_handlers:slow"}
-  - {path: /single, type: write, buffer: {size: 4KiB}, queue: 0}
+  - {path: /single, type: write, buffer: {size: 4KiB}, handler: "peer_handlers:slow_write", queue: 0}
+  - {path: /aecho, type: call, buffer: {size: 64KiB}, handler: "peer_handlers:async_echo"}
   - {path: /big, type: write, buffer: {size: 4MiB}}
 """
 

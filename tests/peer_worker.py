@@ -1,7 +1,7 @@
 """A requester process of the peer tests.
 
     peer_worker.py TARGET NAME mix OPS      # write/read/call mix, every byte verified
-    peer_worker.py TARGET NAME hold PATH    # acquire PATH, never write (holds the lock)
+    peer_worker.py TARGET NAME slow PATH S  # one write of b"S" (a handler that sleeps S seconds)
     peer_worker.py TARGET NAME spam PATH    # 4 MiB writes to PATH in a loop
 """
 from __future__ import annotations
@@ -41,13 +41,10 @@ def main() -> int:
     with Requester.open(target, name=name, timeout=20.0) as req:
         if mode == "mix":
             mix(req, name, int(sys.argv[4]))
-        elif mode == "hold":
-            req._submit_write = lambda op: None         # type: ignore[method-assign]  # never write
-            op = req._start_write(sys.argv[4], b"x" * 1024, 0, True)
-            req.pe.run_until(lambda: op.stage == "granted", 20.0)
-            print("granted", flush=True)
-            while True:
-                req.pe.wait(0.2)
+        elif mode == "slow":
+            print("started", flush=True)
+            req.write(sys.argv[4], sys.argv[5].encode())
+            print("done", flush=True)
         elif mode == "spam":
             data = bytes(4 << 20)
             req.write(sys.argv[4], data)

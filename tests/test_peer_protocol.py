@@ -12,9 +12,9 @@ from pydoca.peer.errors import Busy, HandlerError, NotFound, Rejected, TooLarge,
 from pydoca.peer.spec import Kind, SpecError, load_spec, parse_size, parse_spec, split_address
 
 MESSAGES = [
-    P.Ident("worker-1", b"\x01\x02"), P.Hello(b"{}"), P.Acquire(3, P.Op.WRITE, 10, 4096), P.Grant(3),
-    P.StatusMsg(P.Status.HANDLER_ERROR, "boom"), P.Read(1, 0, 100), P.Ready(1, 0, 99), P.Done(7),
-    P.Call(2, b"payload"), P.Result(2, 0, 3, b"abc"),
+    P.Ident("worker-1", "alice", b"\x01" * P.NONCE), P.Hello(b"{}"), P.Challenge(b"\x02" * P.NONCE),
+    P.Auth(b"\x03" * P.MAC), P.StatusMsg(P.Status.HANDLER_ERROR, "boom"), P.Write(3, 10, 4, b"abcd"),
+    P.Read(1, 0, 100), P.Ready(1, 0, 3, b"xyz"), P.Call(2, 0, 7, b"payload"), P.Result(2, 0, 3, b"abc"),
 ]
 
 
@@ -24,41 +24,58 @@ def test_round_trip(msg: P.Message) -> None:
     assert frame.msg == msg and frame.seq == 42 and frame.flags == P.FLAG_WAIT
 
 
+def test_in_buffer_frames() -> None:
+    frame = P.decode(P.encode(P.Write(3, 100, 1 << 20), 7, P.FLAG_IN_BUFFER))
+    assert frame.msg == P.Write(3, 100, 1 << 20) and frame.flags == P.FLAG_IN_BUFFER
+
+
+_W = int(P.MsgType.WRITE)
+
+
 @pytest.mark.parametrize("data, why", [
     (b"", "shorter"),
     (b"XXXX" + bytes(12), "magic"),
     (P.HEADER.pack(P.MAGIC, 9, 4, 0, 1, 2) + b"\0\0", "version"),
-    (P.HEADER.pack(P.MAGIC, 1, 99, 0, 1, 0), "type"),
-    (P.HEADER.pack(P.MAGIC, 1, 4, 0x80, 1, 2) + b"\0\0", "flags"),
-    (P.HEADER.pack(P.MAGIC, 1, 4, 0, 1, 5) + b"\0\0", "header says"),
-    (P.HEADER.pack(P.MAGIC, 1, 4, 0, 1, 3) + b"\0\0\0", "GRANT body"),
-    (P.HEADER.pack(P.MAGIC, 1, 3, 0, 1, 20) + struct.pack("<HBxQQ", 0, 9, 0, 1), "unknown op"),
-    (P.HEADER.pack(P.MAGIC, 1, 5, 0, 1, 2) + struct.pack("<H", 999), "unknown code"),
-    (P.HEADER.pack(P.MAGIC, 1, 1, 0, 1, 4) + struct.pack("<HH", 5, 0), "IDENT lengths"),
-    (P.HEADER.pack(P.MAGIC, 1, 5, 0, 1, P.SLOT_SIZE) + bytes(P.SLOT_SIZE), "exceeds"),
+    (P.HEADER.pack(P.MAGIC, 2, 99, 0, 1, 0), "type"),
+    (P.HEADER.pack(P.MAGIC, 2, 5, 0x80, 1, 2) + b"\0\0", "flags"),
+    (P.HEADER.pack(P.MAGIC, 2, 5, 0, 1, 5) + b"\0\0", "header says"),
+    (P.HEADER.pack(P.MAGIC, 2, 3, 0, 1, 3) + b"\0\0\0", "CHALLENGE body"),
+    (P.HEADER.pack(P.MAGIC, 2, 4, 0, 1, 3) + b"\0\0\0", "AUTH body"),
+    (P.HEADER.pack(P.MAGIC, 2, _W, 0, 1, 4) + bytes(4), "WRITE body"),
+    (P.HEADER.pack(P.MAGIC, 2, _W, 0, 1, 21) + struct.pack("<HxxQQ", 0, 0, 2) + b"x", "carries 1 inline"),
+    (P.HEADER.pack(P.MAGIC, 2, _W, P.FLAG_IN_BUFFER, 1, 21) + struct.pack("<HxxQQ", 0, 0, 1) + b"x", "inline"),
+    (P.HEADER.pack(P.MAGIC, 2, int(P.MsgType.READ), 0, 1, 21) + struct.pack("<HxxQQ", 0, 0, 1) + b"x",
+     "no payload"),
+    (P.HEADER.pack(P.MAGIC, 2, 5, 0, 1, 2) + struct.pack("<H", 999), "unknown code"),
+    (P.HEADER.pack(P.MAGIC, 2, 1, 0, 1, 4) + struct.pack("<HH", 5, 0), "IDENT body"),
+    (P.HEADER.pack(P.MAGIC, 2, 1, 0, 1, 4 + P.NONCE) + struct.pack("<HH", 5, 0) + bytes(P.NONCE), "IDENT lengths"),
+    (P.HEADER.pack(P.MAGIC, 2, 5, 0, 1, P.SLOT_SIZE) + bytes(P.SLOT_SIZE), "exceeds"),
 ])
 def test_strict_parse(data: bytes, why: str) -> None:
     with pytest.raises(P.FrameError, match=why):
         P.decode(data)
 
 
-def test_encode_limits_and_imm() -> None:
+def test_encode_limits() -> None:
     with pytest.raises(ValueError):
-        P.encode(P.Call(0, bytes(P.MAX_BODY)), 1)
-    assert P.unpack_imm(P.pack_imm(0x1234, 0x10005)) == (0x1234, 5)
+        P.encode(P.Call(0, 0, P.MAX_BODY, bytes(P.MAX_BODY)), 1)
+    assert len(P.encode(P.Call(0, 0, P.INLINE_MAX, bytes(P.INLINE_MAX)), 1)) == P.SLOT_SIZE
     with pytest.raises(ValueError):
-        P.pack_imm(0x10000, 0)
+        P.encode(P.Ident("x", "", b"short"), 1)
 
 
 def test_hello_fragments() -> None:
-    doc = {"protocol": 1, "instance": "ab", "endpoints": [
-        {"id": i, "path": f"/e{i}", "kind": "write", "size": 1, "mmap": "x" * 500} for i in range(40)]}
+    doc = {"protocol": P.VERSION, "instance": "ab", "region": "r" * 100, "endpoints": [
+        {"id": i, "path": f"/e{i}", "kind": "write", "size": 1, "rights": "w", "slot": i * 64,
+         "pad": "x" * 500} for i in range(40)]}
     frames = [P.decode(f) for f in P.hello_frames(doc)]
     assert len(frames) > 1 and all(f.flags & P.FLAG_MORE for f in frames[:-1]) and not frames[-1].flags
     blob = b"".join(f.msg.chunk for f in frames if isinstance(f.msg, P.Hello))
     assert P.parse_hello(blob) == doc
     with pytest.raises(P.FrameError):
-        P.parse_hello(b'{"protocol": 2}')
+        P.parse_hello(b'{"protocol": 1}')
+    with pytest.raises(P.FrameError):
+        P.parse_hello(b'{"protocol": 2, "instance": "x", "endpoints": [{"id": 1}]}')
 
 
 def test_errors_map() -> None:

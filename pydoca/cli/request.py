@@ -25,10 +25,14 @@ def register(subparsers: Any) -> None:
                         help="fail with Busy instead of queueing")
     common.add_argument("--token", metavar="HEX", default=argparse.SUPPRESS,
                         help="access token (descriptor files carry their own)")
+    common.add_argument("--token-file", metavar="FILE", default=argparse.SUPPRESS,
+                        help="access token from FILE (hex or raw bytes)")
+    common.add_argument("--key-id", metavar="ID", default=argparse.SUPPRESS,
+                        help="which of the responder's credentials the token is (default: '')")
     p = subparsers.add_parser("request", parents=[common],
                               help="send one request to a responder (HOST:PORT or descriptor file)")
     p.add_argument("target", metavar="HOST:PORT|FILE")
-    p.set_defaults(timeout=10.0, no_wait=False, token=None)
+    p.set_defaults(timeout=10.0, no_wait=False, token=None, token_file=None, key_id=None)
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     e = sub.add_parser("endpoints", parents=[common], help="list the endpoints")
     e.add_argument("--json", action="store_true")
@@ -76,10 +80,16 @@ def run(args: argparse.Namespace) -> int:
     from ..peer import Requester
     from .main import format_table
 
+    from .serve import read_token
+
     token = bytes.fromhex(args.token) if args.token else None
+    if args.token_file:
+        token = read_token(args.token_file)
     options: dict[str, Any] = {"timeout": args.timeout}
     if token is not None:
         options["token"] = token
+    if args.key_id is not None:
+        options["key_id"] = args.key_id
     wait = not args.no_wait
     with Requester.open(args.target, **options) as req:
         if args.action == "endpoints":

@@ -15,23 +15,48 @@ def register(subparsers: Any) -> None:
     p.add_argument("--descriptor-file", metavar="FILE", help="also write a descriptor file (removed on exit)")
     p.add_argument("--require-token", action="store_true",
                    help="require a random access token, stored only in the descriptor file")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="require the token in FILE (hex or raw bytes, at least 16 bytes); it never travels")
+    p.add_argument("--allow", action="append", metavar="CIDR",
+                   help="accept connections only from these addresses/networks (repeatable)")
     p.add_argument("--device", metavar="IBDEV", help="DOCA device (default: the one with the listen address)")
     p.add_argument("--max-connections", type=int, default=32, metavar="N")
-    p.add_argument("--lease-timeout", type=float, default=30.0, metavar="S",
-                   help="disconnect a requester holding an endpoint this long (default 30)")
+    p.add_argument("--workers", type=int, default=4, metavar="N", help="handler threads (default 4)")
+    p.add_argument("--call-timeout", type=float, default=30.0, metavar="S",
+                   help="answer HANDLER_ERROR when a handler runs longer (default 30; per endpoint: 'timeout')")
     p.add_argument("--polling", action="store_true", help="busy-poll the progress engine (lowest latency)")
     p.set_defaults(run=run)
+
+
+def read_token(path: str) -> bytes:
+    """A token file: hex text, or raw bytes; at least 16 bytes (ValueError names the fix)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read token file {path}: {exc.strerror}") from None
+    text = raw.strip()
+    try:
+        token = bytes.fromhex(text.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        token = raw
+    if len(token) < 16:
+        raise ValueError(f"token file {path} holds {len(token)} bytes; use at least 16 "
+                         "(python3 -c 'import secrets; print(secrets.token_hex(16))' > FILE)")
+    return token
 
 
 def run(args: argparse.Namespace) -> int:
     from ..peer import Responder, load_spec
 
     if args.require_token and not args.descriptor_file:
-        raise ValueError("--require-token needs --descriptor-file (the token travels only in that file)")
+        raise ValueError("--require-token needs --descriptor-file (the token is handed out only in that file)")
+    token = read_token(args.token_file) if args.token_file else None
+    if args.require_token and token is None:
+        token = secrets.token_bytes(16)
     spec = load_spec(args.spec)
     resp = Responder.from_spec(spec, args.listen, device=args.device, max_connections=args.max_connections,
-                               lease_timeout=args.lease_timeout,
-                               token=secrets.token_bytes(16) if args.require_token else None,
+                               token=token, allow=args.allow, workers=args.workers, call_timeout=args.call_timeout,
                                progress_mode="polling" if args.polling else "blocking")
 
     def stop(_sig: int, _frame: Any) -> None:

@@ -25,7 +25,7 @@ class Busy(PeerError):
 
 
 class Rejected(PeerError):
-    """The responder refused the request (wrong kind, bad token, lease expired...)."""
+    """The responder refused the request (wrong kind, no right, failed authentication...)."""
 
     status = Status.REJECTED
 

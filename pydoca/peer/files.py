@@ -14,14 +14,13 @@ import errno
 import os
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from ..descriptor import DescriptorError, read_descriptor, write_descriptor
 from .errors import StaleDescriptor
 from .protocol import VERSION
 
 if TYPE_CHECKING:
-    from .responder import Responder
     from .spec import ServiceSpec
 
 KIND = "pydoca.peer.responder"
@@ -37,6 +36,7 @@ class ResponderFile:
     port: int
     instance: Optional[str]
     token: Optional[bytes]
+    key_id: str
     responder_pid: Optional[int]
     responder_host: Optional[str]
     endpoints: List[Dict[str, Any]]
@@ -56,14 +56,16 @@ def _payload(service: str, address: str, port: int, instance: Optional[str], tok
     return doc
 
 
-def responder_payload(resp: "Responder") -> Dict[str, Any]:
-    eps = [{"id": e.id, "path": e.path, "kind": e.kind.value, "size": e.size} for e in resp.endpoints]
-    return _payload(resp.name, resp.host, resp.port, resp.instance, resp.token, os.getpid(),
-                    socket.gethostname(), eps)
+def responder_payload(service: str, host: str, port: int, instance: str, token: Optional[bytes],
+                      endpoints: Sequence[Tuple[int, str, str, int]]) -> Dict[str, Any]:
+    """The payload describing a running responder (this process) from plain values."""
+    eps = [{"id": i, "path": p, "kind": k, "size": n} for i, p, k, n in endpoints]
+    return _payload(service, host, port, instance, token, os.getpid(), socket.gethostname(), eps)
 
 
-def write_responder_file(path: str, resp: "Responder") -> None:
-    write_descriptor(path, KIND, responder_payload(resp))
+def write_responder_file(path: str, payload: Dict[str, Any]) -> None:
+    """Write a descriptor file (atomic, mode 0600) with a payload from :func:`responder_payload`."""
+    write_descriptor(path, KIND, payload)
 
 
 def write_spec_file(path: str, spec: "ServiceSpec", host: str, port: int, token: Optional[bytes] = None) -> None:
@@ -100,8 +102,9 @@ def read_responder_file(path: str, *, timeout: float = 0) -> ResponderFile:
     token = doc.get("token")
     if token is not None and not isinstance(token, bytes):
         raise DescriptorError(f"{path}: token must be base64 bytes")
+    key_id = _opt(doc, "key_id", str, path) or ""
     return ResponderFile(path, str(doc.get("service", "Service")), address, port, _opt(doc, "instance", str, path),
-                         token, _opt(doc, "responder_pid", int, path), _opt(doc, "responder_host", str, path), eps)
+                         token, key_id, _opt(doc, "responder_pid", int, path), _opt(doc, "responder_host", str, path), eps)
 
 
 def check_not_stale(rf: ResponderFile) -> None:

@@ -1,13 +1,19 @@
-"""Wire format of the peer protocol: control frames and immediate data.
+"""Wire format of the peer protocol (version 2): control frames.
 
 Every control message is one RDMA send of at most :data:`SLOT_SIZE` bytes::
 
     magic "PDPR" | version u8 | type u8 | flags u16 | seq u32 | length u32 | body
 
 (little endian, 16-byte header; ``length`` is the body length). Parsing is
-strict: wrong magic, version, type, length or body size raises
-:class:`FrameError`. The immediate of a write-with-immediate is
-``endpoint_id << 16 | (seq & 0xffff)``.
+strict: wrong magic, version, type, flags, length or body size raises
+:class:`FrameError`.
+
+Data messages (WRITE, READ, CALL, READY, RESULT) share one body layout,
+``ep u16 | pad u16 | offset u64 | length u64 | inline payload``. With
+:data:`FLAG_IN_BUFFER` the payload is not inline: it lies in the requester's
+private region of the responder's memory, at the endpoint's slot + offset
+(the requester placed it there with an RDMA write before sending the frame,
+or the responder placed it there for the requester to RDMA-read).
 """
 from __future__ import annotations
 
@@ -18,16 +24,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Tuple, Type, Union
 
 MAGIC = b"PDPR"
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct("<4sBBHII")
 SLOT_SIZE = 8192                               # every control message fits one receive slot
 MAX_BODY = SLOT_SIZE - HEADER.size
 MAX_HELLO = 1 << 20                            # reassembled hello limit
 MAX_NAME = 256
+NONCE = 16                                     # bytes of a challenge nonce
+MAC = 32                                       # bytes of an HMAC-SHA256
 
 FLAG_MORE = 0x1        # HELLO: more fragments follow
-FLAG_WAIT = 0x2        # ACQUIRE/READ/CALL: queue if the endpoint is busy
-FLAG_IN_BUFFER = 0x4   # RESULT: the response lies in the endpoint buffer (RDMA-read it, then DONE)
+FLAG_WAIT = 0x2        # WRITE/READ/CALL: queue if the endpoint is busy (else BUSY)
+FLAG_IN_BUFFER = 0x4   # WRITE/CALL/READY/RESULT: the data lies in the requester's slot, not inline
 _KNOWN_FLAGS = FLAG_MORE | FLAG_WAIT | FLAG_IN_BUFFER
 
 
@@ -36,22 +44,16 @@ class FrameError(ValueError):
 
 
 class MsgType(enum.IntEnum):
-    IDENT = 1      # requester -> responder: name, token (first message)
-    HELLO = 2      # responder -> requester: JSON endpoint list + memory descriptors (fragmented)
-    ACQUIRE = 3    # requester: lock an endpoint for an RDMA write (write, or a large call payload)
-    GRANT = 4      # responder: the lock is yours; write-with-immediate now
+    IDENT = 1      # requester -> responder: name, key id, nonce (first message)
+    HELLO = 2      # responder -> requester: JSON document (fragmented)
+    CHALLENGE = 3  # responder -> requester: nonce to prove the token with
+    AUTH = 4       # requester -> responder: HMAC over both nonces
     STATUS = 5     # responder: final status of an operation (code + message)
-    READ = 6       # requester: fill and lock a read endpoint
-    READY = 7      # responder: [offset, offset+length) is ready to be RDMA-read; DONE when finished
-    DONE = 8       # requester: release the endpoint (after a read, or to give up a grant)
-    CALL = 9       # requester: call with an inline payload
-    RESULT = 10    # responder: call result, inline or in the endpoint buffer
-
-
-class Op(enum.IntEnum):
-    WRITE = 1
-    READ = 2
-    CALL = 3
+    WRITE = 6      # requester: data for a write endpoint (inline or in its slot)
+    READ = 7       # requester: run a read endpoint for [offset, offset+length)
+    CALL = 8       # requester: call with a payload (inline or in its slot)
+    READY = 9      # responder: read data (inline or in the requester's slot)
+    RESULT = 10    # responder: call result (inline or in the requester's slot)
 
 
 class Status(enum.IntEnum):
@@ -68,7 +70,8 @@ class Status(enum.IntEnum):
 @dataclass(frozen=True)
 class Ident:
     name: str
-    token: bytes
+    key_id: str
+    nonce: bytes
 
 
 @dataclass(frozen=True)
@@ -77,16 +80,13 @@ class Hello:
 
 
 @dataclass(frozen=True)
-class Acquire:
-    ep: int
-    op: Op
-    offset: int
-    length: int
+class Challenge:
+    nonce: bytes
 
 
 @dataclass(frozen=True)
-class Grant:
-    ep: int
+class Auth:
+    mac: bytes
 
 
 @dataclass(frozen=True)
@@ -96,43 +96,39 @@ class StatusMsg:
 
 
 @dataclass(frozen=True)
-class Read:
+class Data:
+    """WRITE, READ, CALL, READY and RESULT: endpoint, range and inline payload."""
+
     ep: int
     offset: int
     length: int
+    payload: bytes = b""
 
 
-@dataclass(frozen=True)
-class Ready:
-    ep: int
-    offset: int
-    length: int
+class Write(Data):
+    pass
 
 
-@dataclass(frozen=True)
-class Done:
-    ep: int
+class Read(Data):
+    pass
 
 
-@dataclass(frozen=True)
-class Call:
-    ep: int
-    payload: bytes
+class Call(Data):
+    pass
 
 
-@dataclass(frozen=True)
-class Result:
-    ep: int
-    offset: int
-    length: int
-    payload: bytes
+class Ready(Data):
+    pass
 
 
-Message = Union[Ident, Hello, Acquire, Grant, StatusMsg, Read, Ready, Done, Call, Result]
+class Result(Data):
+    pass
 
-_EP = struct.Struct("<H")
-_EP_OFF_LEN = struct.Struct("<HxxQQ")
-_ACQ = struct.Struct("<HBxQQ")
+
+Message = Union[Ident, Hello, Challenge, Auth, StatusMsg, Data]
+
+DATA = struct.Struct("<HxxQQ")
+INLINE_MAX = MAX_BODY - DATA.size              # largest inline payload of a data frame
 _IDENT = struct.Struct("<HH")
 _STATUS = struct.Struct("<H")
 
@@ -145,92 +141,82 @@ class Frame:
     msg: Message
 
 
-def _fixed(st: struct.Struct, body: bytes, what: str) -> Tuple[Any, ...]:
-    if len(body) != st.size:
-        raise FrameError(f"{what} body is {len(body)} bytes, expected {st.size}")
-    return st.unpack(body)
-
-
-def _prefix(st: struct.Struct, body: bytes, what: str) -> Tuple[Tuple[Any, ...], bytes]:
-    if len(body) < st.size:
-        raise FrameError(f"{what} body is {len(body)} bytes, expected at least {st.size}")
-    return st.unpack_from(body), body[st.size:]
-
-
 def _d_ident(body: bytes) -> Ident:
-    (nlen, tlen), rest = _prefix(_IDENT, body, "IDENT")
-    if nlen > MAX_NAME or len(rest) != nlen + tlen:
+    if len(body) < _IDENT.size + NONCE:
+        raise FrameError(f"IDENT body is {len(body)} bytes, expected at least {_IDENT.size + NONCE}")
+    nlen, klen = _IDENT.unpack_from(body)
+    rest = body[_IDENT.size:]
+    if nlen > MAX_NAME or klen > MAX_NAME or len(rest) != nlen + klen + NONCE:
         raise FrameError("IDENT lengths do not match its body")
     try:
-        name = rest[:nlen].decode("utf-8")
+        name, key_id = rest[:nlen].decode("utf-8"), rest[nlen:nlen + klen].decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FrameError("IDENT name is not UTF-8") from exc
-    return Ident(name, bytes(rest[nlen:]))
+        raise FrameError("IDENT name or key id is not UTF-8") from exc
+    return Ident(name, key_id, bytes(rest[nlen + klen:]))
 
 
-def _d_acquire(body: bytes) -> Acquire:
-    ep, op, off, length = _fixed(_ACQ, body, "ACQUIRE")
-    try:
-        return Acquire(ep, Op(op), off, length)
-    except ValueError as exc:
-        raise FrameError(f"ACQUIRE has unknown op {op}") from exc
+def _fixed(size: int, what: str, make: Callable[[bytes], Message]) -> Callable[[bytes], Message]:
+    def decode(body: bytes) -> Message:
+        if len(body) != size:
+            raise FrameError(f"{what} body is {len(body)} bytes, expected {size}")
+        return make(bytes(body))
+    return decode
 
 
 def _d_status(body: bytes) -> StatusMsg:
-    (code,), rest = _prefix(_STATUS, body, "STATUS")
+    if len(body) < _STATUS.size:
+        raise FrameError(f"STATUS body is {len(body)} bytes, expected at least {_STATUS.size}")
+    (code,) = _STATUS.unpack_from(body)
     try:
-        return StatusMsg(Status(code), rest.decode("utf-8", errors="replace"))
+        return StatusMsg(Status(code), body[_STATUS.size:].decode("utf-8", errors="replace"))
     except ValueError as exc:
         raise FrameError(f"STATUS has unknown code {code}") from exc
 
 
-def _d_result(body: bytes) -> Result:
-    (ep, off, length), rest = _prefix(_EP_OFF_LEN, body, "RESULT")
-    return Result(ep, off, length, bytes(rest))
-
-
-def _d_call(body: bytes) -> Call:
-    (ep,), rest = _prefix(_EP, body, "CALL")
-    return Call(ep, bytes(rest))
+def _data(cls: Type[Data]) -> Callable[[bytes], Message]:
+    def decode(body: bytes) -> Message:
+        if len(body) < DATA.size:
+            raise FrameError(f"{cls.__name__.upper()} body is {len(body)} bytes, expected at least {DATA.size}")
+        ep, off, length = DATA.unpack_from(body)
+        return cls(ep, off, length, bytes(body[DATA.size:]))
+    return decode
 
 
 _DECODERS: Dict[MsgType, Callable[[bytes], Message]] = {
     MsgType.IDENT: _d_ident,
     MsgType.HELLO: lambda b: Hello(bytes(b)),
-    MsgType.ACQUIRE: _d_acquire,
-    MsgType.GRANT: lambda b: Grant(*_fixed(_EP, b, "GRANT")),
+    MsgType.CHALLENGE: _fixed(NONCE, "CHALLENGE", Challenge),
+    MsgType.AUTH: _fixed(MAC, "AUTH", Auth),
     MsgType.STATUS: _d_status,
-    MsgType.READ: lambda b: Read(*_fixed(_EP_OFF_LEN, b, "READ")),
-    MsgType.READY: lambda b: Ready(*_fixed(_EP_OFF_LEN, b, "READY")),
-    MsgType.DONE: lambda b: Done(*_fixed(_EP, b, "DONE")),
-    MsgType.CALL: _d_call,
-    MsgType.RESULT: _d_result,
+    MsgType.WRITE: _data(Write),
+    MsgType.READ: _data(Read),
+    MsgType.CALL: _data(Call),
+    MsgType.READY: _data(Ready),
+    MsgType.RESULT: _data(Result),
 }
 
 _TYPES: Dict[Type[Any], MsgType] = {
-    Ident: MsgType.IDENT, Hello: MsgType.HELLO, Acquire: MsgType.ACQUIRE, Grant: MsgType.GRANT,
-    StatusMsg: MsgType.STATUS, Read: MsgType.READ, Ready: MsgType.READY, Done: MsgType.DONE, Call: MsgType.CALL,
-    Result: MsgType.RESULT,
+    Ident: MsgType.IDENT, Hello: MsgType.HELLO, Challenge: MsgType.CHALLENGE, Auth: MsgType.AUTH,
+    StatusMsg: MsgType.STATUS, Write: MsgType.WRITE, Read: MsgType.READ, Call: MsgType.CALL,
+    Ready: MsgType.READY, Result: MsgType.RESULT,
 }
 
 
 def _body(msg: Message) -> bytes:
     if isinstance(msg, Ident):
-        name = msg.name.encode("utf-8")[:MAX_NAME]
-        return _IDENT.pack(len(name), len(msg.token)) + name + msg.token
+        name, key = msg.name.encode("utf-8")[:MAX_NAME], msg.key_id.encode("utf-8")[:MAX_NAME]
+        if len(msg.nonce) != NONCE:
+            raise ValueError(f"IDENT nonce must be {NONCE} bytes")
+        return _IDENT.pack(len(name), len(key)) + name + key + msg.nonce
     if isinstance(msg, Hello):
         return msg.chunk
-    if isinstance(msg, Acquire):
-        return _ACQ.pack(msg.ep, int(msg.op), msg.offset, msg.length)
-    if isinstance(msg, (Grant, Done)):
-        return _EP.pack(msg.ep)
+    if isinstance(msg, Challenge):
+        return msg.nonce
+    if isinstance(msg, Auth):
+        return msg.mac
     if isinstance(msg, StatusMsg):
         return _STATUS.pack(int(msg.code)) + msg.message.encode("utf-8")[:MAX_BODY - _STATUS.size]
-    if isinstance(msg, (Read, Ready)):
-        return _EP_OFF_LEN.pack(msg.ep, msg.offset, msg.length)
-    if isinstance(msg, Call):
-        return _EP.pack(msg.ep) + msg.payload
-    return _EP_OFF_LEN.pack(msg.ep, msg.offset, msg.length) + msg.payload
+    return DATA.pack(msg.ep, msg.offset, msg.length) + msg.payload
 
 
 def encode(msg: Message, seq: int, flags: int = 0) -> bytes:
@@ -260,19 +246,21 @@ def decode(data: bytes) -> Frame:
         kind = MsgType(mtype)
     except ValueError as exc:
         raise FrameError(f"unknown message type {mtype}") from exc
-    return Frame(kind, flags, seq, _DECODERS[kind](data[HEADER.size:]))
+    msg = _DECODERS[kind](data[HEADER.size:])
+    if isinstance(msg, Data):
+        _check_data(kind, flags, msg)
+    return Frame(kind, flags, seq, msg)
 
 
-def pack_imm(ep: int, seq: int) -> int:
-    """Immediate data of a write-with-immediate: endpoint id and low 16 bits of seq."""
-    if not 0 <= ep <= 0xFFFF:
-        raise ValueError(f"endpoint id {ep} does not fit 16 bits")
-    return (ep << 16) | (seq & 0xFFFF)
-
-
-def unpack_imm(imm: int) -> Tuple[int, int]:
-    """(endpoint id, seq & 0xffff)."""
-    return (imm >> 16) & 0xFFFF, imm & 0xFFFF
+def _check_data(kind: MsgType, flags: int, msg: Data) -> None:
+    in_buffer = bool(flags & FLAG_IN_BUFFER)
+    if kind is MsgType.READ:
+        if msg.payload or in_buffer:
+            raise FrameError("READ carries no payload")
+    elif in_buffer and msg.payload:
+        raise FrameError(f"{kind.name} with FLAG_IN_BUFFER carries an inline payload")
+    elif not in_buffer and len(msg.payload) != msg.length:
+        raise FrameError(f"{kind.name} says {msg.length} bytes, carries {len(msg.payload)} inline")
 
 
 def hello_frames(doc: Dict[str, Any]) -> List[bytes]:
@@ -282,6 +270,10 @@ def hello_frames(doc: Dict[str, Any]) -> List[bytes]:
         raise ValueError(f"hello of {len(blob)} bytes exceeds {MAX_HELLO}")
     chunks = [blob[i:i + MAX_BODY] for i in range(0, len(blob), MAX_BODY)] or [b""]
     return [encode(Hello(c), 0, FLAG_MORE if i < len(chunks) - 1 else 0) for i, c in enumerate(chunks)]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def parse_hello(blob: bytes) -> Dict[str, Any]:
@@ -294,17 +286,18 @@ def parse_hello(blob: bytes) -> Dict[str, Any]:
         raise FrameError(f"hello speaks protocol {doc.get('protocol') if isinstance(doc, dict) else '?'}, "
                          f"expected {VERSION}")
     eps = doc.get("endpoints")
-    if not isinstance(eps, list) or not isinstance(doc.get("instance"), str):
-        raise FrameError("hello lacks endpoints or instance")
+    if not isinstance(eps, list) or not isinstance(doc.get("instance"), str) or \
+            not isinstance(doc.get("region", ""), str):
+        raise FrameError("hello lacks endpoints, instance or region")
     for ep in eps:
-        if not (isinstance(ep, dict) and isinstance(ep.get("id"), int) and isinstance(ep.get("path"), str)
-                and ep.get("kind") in ("write", "read", "call") and isinstance(ep.get("size"), int)
-                and isinstance(ep.get("mmap"), str)):
+        if not (isinstance(ep, dict) and _is_int(ep.get("id")) and isinstance(ep.get("path"), str)
+                and ep.get("kind") in ("write", "read", "call") and _is_int(ep.get("size"))
+                and isinstance(ep.get("rights"), str) and _is_int(ep.get("slot", -1))):
             raise FrameError(f"malformed endpoint entry in hello: {ep!r}"[:200])
     return doc
 
 
-__all__ = ["Acquire", "Call", "Done", "FLAG_IN_BUFFER", "FLAG_MORE", "FLAG_WAIT", "Frame", "FrameError", "Grant",
-           "HEADER", "Hello", "Ident", "MAGIC", "MAX_BODY", "Message", "MsgType", "Op", "Read", "Ready", "Result",
-           "SLOT_SIZE", "Status", "StatusMsg", "VERSION", "decode", "encode", "hello_frames", "pack_imm",
-           "parse_hello", "unpack_imm"]
+__all__ = ["Auth", "Call", "Challenge", "DATA", "Data", "FLAG_IN_BUFFER", "FLAG_MORE", "FLAG_WAIT", "Frame",
+           "FrameError", "HEADER", "Hello", "INLINE_MAX", "Ident", "MAC", "MAGIC", "MAX_BODY", "Message", "MsgType",
+           "NONCE", "Read", "Ready", "Result", "SLOT_SIZE", "Status", "StatusMsg", "VERSION", "Write", "decode",
+           "encode", "hello_frames", "parse_hello"]

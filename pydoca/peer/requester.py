@@ -2,21 +2,25 @@
 
 ``Requester.connect("host:port")`` (RDMA CM) or ``Requester.from_descriptor
 (path)``; then ``write``, ``read``, ``call`` (and ``awrite``, ``aread``,
-``acall`` for asyncio). Each operation is a small state machine advanced by
-control messages inside the progress engine's callbacks; the caller only
-waits for it to finish, with a timeout. Up to ``window`` operations may be
-in flight (async); an operation that times out is abandoned, and any
-endpoint the responder grants it later is released at once.
+``acall`` for asyncio). After the handshake the requester knows its private
+region of the responder's memory: one slot per endpoint. Flow control is
+local: at most ``window`` operations in flight, and one operation at a time
+on an endpoint's slot (its credit); everything else waits in a local FIFO
+queue, so the requester's own back-pressure never turns into Busy or a
+buffer shortage. Each operation is a small state machine advanced inside
+the progress engine's callbacks; callers only wait, with a timeout.
 """
 from __future__ import annotations
 
 import asyncio
 import base64
+import collections
+import hmac
 import ipaddress
 import os
+import secrets
 import socket
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union, overload
+from typing import Any, Deque, Dict, List, Optional, Union, overload
 
 import numpy as np
 
@@ -31,56 +35,18 @@ from ..memory import Access, MemoryMap
 from ..pe import ProgressEngine
 from ..rdma import Connection, ConnectionState, Rdma
 from . import protocol as P
+from .auth import client_mac, server_proof
 from .channel import Channel
 from .errors import (Disconnected, NotFound, PeerError, PeerTimeout, ProtocolError, Rejected, StaleDescriptor,
-                     Unavailable, error_for)
+                     TooLarge, Unavailable, error_for)
 from .files import check_not_stale, read_responder_file
+from .ops import EndpointInfo, Op, Remote
 from .spec import split_address
 
 log = get_logger()
 
 STAGE = 64 * 1024          # payloads up to this size go through pre-registered staging memory
-INLINE_CALL = P.MAX_BODY - 2
-MAX_ABANDONED = 1024
 BytesLike = Union[bytes, bytearray, memoryview]
-
-
-@dataclass(frozen=True)
-class EndpointInfo:
-    """An endpoint as the responder announced it."""
-
-    id: int
-    path: str
-    kind: str
-    size: int
-
-
-class _Remote:
-    def __init__(self, info: EndpointInfo, rmap: MemoryMap) -> None:
-        self.info, self.rmap = info, rmap
-
-
-class _Op:
-    """One operation in flight."""
-
-    def __init__(self, seq: int, kind: str, ep: _Remote, offset: int, length: int) -> None:
-        self.seq, self.kind, self.ep, self.offset, self.length = seq, kind, ep, offset, length
-        self.stage = "request"
-        self.value: Any = None
-        self.error: Optional[BaseException] = None
-        self.answered = False
-        self.inflight = 0
-        self.abandoned = False
-        self.released = False
-        self.src: Optional[Buffer] = None
-        self.into: Optional[MemoryMap] = None
-        self.slot: Optional[int] = None
-        self.tmp: Optional[bytearray] = None
-        self.own: List[Any] = []
-
-    @property
-    def finished(self) -> bool:
-        return self.answered and self.inflight == 0
 
 
 def _route_device(host: str, device: Optional[str]) -> Device:
@@ -106,35 +72,47 @@ def _route_device(host: str, device: Optional[str]) -> Device:
     return Device.open(ibdev_name=found[0].ibdev_name)
 
 
+def _is_address(target: str) -> bool:
+    try:
+        split_address(target)
+        return True
+    except ValueError:
+        return False
+
+
 class Requester:
     """A connection to one responder. Use ``connect``/``from_descriptor``/``open``."""
 
     def __init__(self, *, timeout: float = 10.0, window: int = 4, name: Optional[str] = None,
-                 token: Optional[bytes] = None, progress_mode: str = "blocking") -> None:
+                 token: Optional[bytes] = None, key_id: str = "", progress_mode: str = "blocking") -> None:
         if window < 1:
             raise ValueError("window must be >= 1")
         self.timeout, self.window = timeout, window
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.token, self.progress_mode = token, progress_mode
+        self.token, self.key_id, self.progress_mode = token, key_id, progress_mode
         self.hello: Dict[str, Any] = {}
         self.identity = ""
         self.instance = ""
         self.address = ""
-        self._remotes: Dict[str, _Remote] = {}
-        self._ops: Dict[int, _Op] = {}
+        self._remotes: Dict[str, Remote] = {}
+        self._queue: Deque[Op] = collections.deque()
+        self._active: Dict[int, Op] = {}
+        self._credit: Dict[int, Op] = {}          # endpoint id -> the op holding its slot
         self._seq = 0
+        self._nonce = secrets.token_bytes(P.NONCE)
         self._hello_parts: List[bytes] = []
         self._hello_done = False
         self._fatal: Optional[PeerError] = None
         self._closed = False
         self._resources: List[Any] = []
         self.conn: Optional[Connection] = None
+        self.region: Optional[MemoryMap] = None
 
     # -- construction ---------------------------------------------------------
     @classmethod
     def connect(cls, address: str, *, timeout: float = 10.0, device: Optional[str] = None,
                 expect_instance: Optional[str] = None, **kw: Any) -> "Requester":
-        """Connect by RDMA CM to a responder at ``host:port`` and receive its hello."""
+        """Connect by RDMA CM to a responder at ``host:port`` and complete the handshake."""
         host, port = split_address(address)
         req = cls(timeout=timeout, **kw)
         try:
@@ -150,6 +128,7 @@ class Requester:
         rf = read_responder_file(path)
         check_not_stale(rf)
         kw.setdefault("token", rf.token)
+        kw.setdefault("key_id", rf.key_id)
         try:
             return cls.connect(rf.target, timeout=timeout, expect_instance=rf.instance, **kw)
         except StaleDescriptor:
@@ -160,10 +139,14 @@ class Requester:
 
     @classmethod
     def open(cls, target: str, **kw: Any) -> "Requester":
-        """``from_descriptor`` when ``target`` is an existing file, else ``connect``."""
-        if os.path.exists(target):
+        """``from_descriptor`` when ``target`` is a file, ``connect`` when it is ``HOST:PORT``."""
+        if os.path.isfile(target):
             return cls.from_descriptor(target, **kw)
-        return cls.connect(target, **kw)
+        if _is_address(target):
+            return cls.connect(target, **kw)
+        why = "a directory" if os.path.isdir(target) else "no such file"
+        raise ValueError(f"target {target!r} is neither HOST:PORT nor a readable descriptor file ({why}); "
+                         "give e.g. 127.0.0.1:18515 or the file written by 'pydoca serve --descriptor-file'")
 
     def _connect(self, host: str, port: int, device: Optional[str], timeout: float,
                  expect_instance: Optional[str]) -> None:
@@ -176,10 +159,9 @@ class Requester:
         self.inventory = BufferInventory(recv_slots + send_slots + 4 * self.window + 64)
         self._resources.append(self.inventory)
         self._stage_mem = np.zeros(self.window * STAGE, dtype=np.uint8)
-        self._stage_view = self._stage_mem.data
         self._stage_map = MemoryMap(self.dev, self._stage_mem, access=Access.LOCAL_READ_WRITE)
         self._resources.append(self._stage_map)
-        self._free_slots = list(range(self.window))
+        self._free_stage = list(range(self.window))
         self.rdma = Rdma(self.dev, self.pe, max_connections=1,
                          max_tasks=recv_slots + send_slots + 4 * self.window + 16)
         self.channel = Channel(self.dev, self.rdma, self.inventory, recv_slots=recv_slots, send_slots=send_slots,
@@ -192,7 +174,7 @@ class Requester:
             self.conn.wait_established(timeout)
         except (DocaError, TimeoutError) as exc:
             raise Unavailable(f"no responder answers at {host}:{port}: {exc}") from None
-        self.channel.send(self.conn, P.encode(P.Ident(self.name, self.token or b""), 0))
+        self.channel.send(self.conn, P.encode(P.Ident(self.name, self.key_id, self._nonce), 0))
         try:
             self.pe.run_until(lambda: self._hello_done or self._fatal is not None, timeout, what="hello")
         except TimeoutError:
@@ -207,22 +189,27 @@ class Requester:
         if expect_instance is not None and doc["instance"] != expect_instance:
             raise StaleDescriptor(f"the responder at {self.address} is instance {doc['instance']}, not "
                                   f"{expect_instance} named by the descriptor file: the file is stale")
+        if self.token is not None:
+            want = server_proof(self.token, self._nonce, getattr(self, "_server_nonce", b"")).hex()
+            if not hmac.compare_digest(str(doc.get("proof", "")), want):
+                raise ProtocolError(f"the responder at {self.address} did not prove it holds the token")
         self.hello, self.instance = doc, doc["instance"]
         window = doc.get("window")
         if isinstance(window, int) and 0 < window < self.window:
             self.window = window                    # the responder sized its receive pool for this
         self.identity = str(doc.get("identity", ""))
+        if doc.get("region"):
+            self.region = MemoryMap.from_export(self.dev, base64.b64decode(doc["region"]))
+            self._resources.append(self.region)
         for e in doc["endpoints"]:
-            info = EndpointInfo(e["id"], e["path"], e["kind"], e["size"])
-            rmap = MemoryMap.from_export(self.dev, base64.b64decode(e["mmap"]))
-            self._resources.append(rmap)
-            self._remotes[info.path] = _Remote(info, rmap)
+            info = EndpointInfo(e["id"], e["path"], e["kind"], e["size"], e["rights"])
+            self._remotes[info.path] = Remote(info, e["slot"])
         log.debug("connected to responder", address=self.address, identity=self.identity,
                   endpoints=len(self._remotes))
 
     # -- public API -------------------------------------------------------------
     def endpoints(self) -> List[EndpointInfo]:
-        """The responder's endpoints, from its hello."""
+        """The responder's endpoints, from its hello (``rights`` empty where this requester has none)."""
         return [r.info for r in self._remotes.values()]
 
     @property
@@ -231,7 +218,7 @@ class Requester:
 
     def write(self, path: str, data: Any, offset: int = 0, *, wait: bool = True,
               timeout: Optional[float] = None) -> None:
-        """Write ``data`` into ``path``'s buffer at ``offset``; returns after the handler ran."""
+        """Write ``data`` into ``path`` at ``offset``; returns after the handler ran."""
         self._wait(self._start_write(path, data, offset, wait), timeout)
 
     @overload
@@ -254,18 +241,17 @@ class Requester:
 
     async def awrite(self, path: str, data: Any, offset: int = 0, *, wait: bool = True,
                      timeout: Optional[float] = None) -> None:
-        await self._window_free(timeout)
+        """Async :meth:`write`; any number may be outstanding (queued beyond ``window``)."""
         await self._await(self._start_write(path, data, offset, wait), timeout)
 
     async def aread(self, path: str, length: Optional[int] = None, into: Any = None, *, offset: int = 0,
                     wait: bool = True, timeout: Optional[float] = None) -> Any:
         """Async :meth:`read` (bytes, or the count with ``into``)."""
-        await self._window_free(timeout)
         return await self._await(self._start_read(path, length, into, offset, wait), timeout)
 
     async def acall(self, path: str, payload: Any = b"", *, wait: bool = True,
                     timeout: Optional[float] = None) -> bytes:
-        await self._window_free(timeout)
+        """Async :meth:`call`."""
         return await self._await(self._start_call(path, payload, wait), timeout)  # type: ignore[no-any-return]
 
     def close(self) -> None:
@@ -278,17 +264,18 @@ class Requester:
             channel.closing = True
         if self.conn is not None:
             self.conn.disconnect()
-        for op in list(self._ops.values()):
+        for op in list(self._queue) + list(self._active.values()):
             self._answer(op, error=Disconnected("requester closed"))
+        self._queue.clear()
         rdma: Optional[Rdma] = getattr(self, "rdma", None)
         try:
             if rdma is not None:
                 rdma.close()
         finally:
-            for op in list(self._ops.values()):
+            for op in list(self._active.values()):
                 op.inflight = 0
-                self._cleanup(op)
-            self._ops.clear()
+                self._release_local(op)
+            self._active.clear()
             if channel is not None:
                 channel.close()
             for res in reversed(self._resources):
@@ -315,12 +302,12 @@ class Requester:
         return f"<Requester {self.address} {self.identity or '-'} {'closed' if self._closed else 'open'}>"
 
     # -- waiting ----------------------------------------------------------------
-    def _outcome(self, op: _Op) -> Any:
+    def _outcome(self, op: Op) -> Any:
         if op.error is not None:
             raise op.error
         return op.value
 
-    def _wait(self, op: _Op, timeout: Optional[float]) -> Any:
+    def _wait(self, op: Op, timeout: Optional[float]) -> Any:
         limit = self.timeout if timeout is None else timeout
         try:
             self.pe.run_until(lambda: op.finished, limit, what=f"{op.kind} {op.ep.info.path}")
@@ -332,7 +319,7 @@ class Requester:
             raise
         return self._outcome(op)
 
-    async def _await(self, op: _Op, timeout: Optional[float]) -> Any:
+    async def _await(self, op: Op, timeout: Optional[float]) -> Any:
         limit = self.timeout if timeout is None else timeout
         try:
             await aio.wait_for(self.pe, lambda: op.finished, timeout=limit)
@@ -344,23 +331,17 @@ class Requester:
             raise
         return self._outcome(op)
 
-    async def _window_free(self, timeout: Optional[float]) -> None:
-        self._check_usable()
-        def busy() -> bool:
-            return sum(not o.abandoned for o in self._ops.values()) >= self.window
-        if busy():
-            try:
-                await aio.wait_for(self.pe, lambda: not busy() or self._fatal is not None,
-                                   timeout=self.timeout if timeout is None else timeout)
-            except (asyncio.TimeoutError, TimeoutError):
-                raise PeerTimeout("no free slot in the requester's window") from None
-
-    def _abandon(self, op: _Op) -> None:
+    def _abandon(self, op: Op) -> None:
+        """The caller stopped waiting: forget a queued op; a sent one keeps its credit until answered."""
         if op.finished:
             return
         op.abandoned = True
+        if op in self._queue:
+            self._queue.remove(op)
+            self._answer(op, error=PeerTimeout("abandoned"))
+            return
         if op.inflight:
-            # a transfer is in flight: tear the connection down so nothing lands late
+            # a transfer is in flight: tear the connection down so nothing lands late in caller memory
             log.warning("operation abandoned with a transfer in flight: disconnecting", seq=op.seq)
             self._break(PeerTimeout("connection closed after a timed-out transfer"))
             try:
@@ -369,10 +350,8 @@ class Requester:
                 log.error("in-flight transfer did not complete after disconnect", seq=op.seq)
             self._answer(op, error=PeerTimeout("abandoned"))
             return
-        self._release_local(op)
-        abandoned = [o for o in self._ops.values() if o.abandoned]
-        for old in abandoned[:max(0, len(abandoned) - MAX_ABANDONED)]:
-            self._ops.pop(old.seq, None)
+        # sent and waiting for its answer: it keeps its window place and credit until the answer comes
+        # (a late answer is dropped; the responder's call timeout bounds the wait)
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -381,64 +360,60 @@ class Requester:
             raise self._fatal
 
     # -- operation starts ---------------------------------------------------------
-    def _remote(self, path: str, kind: str) -> _Remote:
+    def _remote(self, path: str, kind: str) -> Remote:
         self._check_usable()
         r = self._remotes.get(path)
         if r is None:
             raise NotFound(f"no endpoint {path!r} (have: {', '.join(self._remotes) or 'none'})")
         if r.info.kind != kind:
             raise Rejected(f"{path} is a {r.info.kind} endpoint, not {kind}")
+        if r.slot < 0:
+            key = f"key id {self.key_id!r}" if self.key_id else "this requester"
+            raise Rejected(f"{key} has no {kind} right on {path} (the responder's credentials decide)")
         return r
 
-    def _new_op(self, kind: str, ep: _Remote, offset: int, length: int) -> _Op:
+    def _enqueue(self, op: Op) -> Op:
         self._seq = self._seq % 0xFFFFFFFF + 1
-        op = _Op(self._seq, kind, ep, offset, length)
-        self._ops[op.seq] = op
+        op.seq = self._seq
+        self._queue.append(op)
+        self._pump()
         return op
 
-    def _send(self, op: _Op, msg: P.Message, flags: int = 0) -> None:
-        assert self.conn is not None
+    def _pump(self) -> None:
+        """Start queued operations in order while the window and their endpoint's credit allow."""
+        if self._fatal is not None or self._closed:
+            return
+        blocked: set = set()
+        for op in list(self._queue):
+            if len(self._active) >= self.window:
+                return
+            eid = op.ep.info.id
+            if eid in blocked or (op.needs_slot and eid in self._credit):
+                blocked.add(eid)                      # later ops of this endpoint keep their order
+                continue
+            self._queue.remove(op)
+            self._active[op.seq] = op
+            if op.needs_slot:
+                self._credit[eid] = op
+            try:
+                self._launch(op)
+            except Exception as exc:  # noqa: BLE001 - this op fails, the others go on
+                self._answer(op, error=exc if isinstance(exc, PeerError) else PeerError(f"{type(exc).__name__}: "
+                                                                                       f"{exc}"))
 
-        def sent(ok: bool) -> None:
-            if not ok:
-                self._answer(op, error=Disconnected(f"control message for {op.kind} could not be sent"))
-        self.channel.send(self.conn, P.encode(msg, op.seq, flags), sent)
-
-    def _source(self, op: _Op, data: Any) -> None:
-        """The local source buffer for ``data`` (staged copy, or registered in place)."""
-        view = memoryview(data)
-        n = view.nbytes
-        if n <= STAGE and self._free_slots:
-            op.slot = self._free_slots.pop()
-            start = op.slot * STAGE
-            self._stage_view[start:start + n] = view.cast("B")
-            op.src = self.inventory.buffer(self._stage_map, offset=start, length=STAGE, data_len=n)
-        else:
-            access = Access.LOCAL_READ_ONLY if view.readonly else Access.LOCAL_READ_WRITE
-            mmap = MemoryMap(self.dev, data, access=access)
-            op.own.append(mmap)
-            op.src = self.inventory.buffer(mmap, data_len=n)
-        op.own.append(op.src)
-
-    def _start_write(self, path: str, data: Any, offset: int, wait: bool) -> _Op:
+    def _start_write(self, path: str, data: Any, offset: int, wait: bool) -> Op:
         ep = self._remote(path, "write")
-        n = memoryview(data).nbytes
+        view = memoryview(data).cast("B")
+        n = view.nbytes
         if n == 0:
             raise ValueError("nothing to write (empty data)")
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
-        op = self._new_op("write", ep, offset, n)
-        try:
-            self._source(op, data)
-        except BaseException:
-            self._ops.pop(op.seq, None)
-            self._cleanup(op)
-            raise
-        op.stage = "acquire"
-        self._send(op, P.Acquire(ep.info.id, P.Op.WRITE, offset, n), P.FLAG_WAIT if wait else 0)
-        return op
+        if offset + n > ep.info.size:
+            raise TooLarge(f"{n} bytes at offset {offset} do not fit {path} ({ep.info.size} bytes)")
+        return self._enqueue(Op("write", ep, offset, n, wait, needs_slot=n > P.INLINE_MAX, source=view))
 
-    def _start_read(self, path: str, length: Optional[int], into: Any, offset: int, wait: bool) -> _Op:
+    def _start_read(self, path: str, length: Optional[int], into: Any, offset: int, wait: bool) -> Op:
         ep = self._remote(path, "read")
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
@@ -451,41 +426,90 @@ class Requester:
             length = into_len if into_len is not None else max(0, ep.info.size - offset)
         if length < 0:
             raise ValueError(f"length must be >= 0, got {length}")
-        op = self._new_op("read", ep, offset, length)
-        if into is not None and length > 0:
-            try:
-                op.into = MemoryMap(self.dev, into, access=Access.LOCAL_READ_WRITE)
-            except BaseException:
-                self._ops.pop(op.seq, None)
-                raise
-            op.own.append(op.into)
+        if offset + length > ep.info.size:
+            raise TooLarge(f"{length} bytes at offset {offset} do not fit {path} ({ep.info.size} bytes)")
+        op = Op("read", ep, offset, length, wait, needs_slot=length > P.INLINE_MAX)
+        op.into = into
         op.value = 0 if into is not None else b""
-        self._send(op, P.Read(ep.info.id, offset, length), P.FLAG_WAIT if wait else 0)
-        return op
+        return self._enqueue(op)
 
-    def _start_call(self, path: str, payload: Any, wait: bool) -> _Op:
+    def _start_call(self, path: str, payload: Any, wait: bool) -> Op:
         ep = self._remote(path, "call")
         if isinstance(payload, str):
             payload = payload.encode("utf-8")
-        view = memoryview(payload)
-        n = view.nbytes
-        op = self._new_op("call", ep, 0, ep.info.size)
-        flags = P.FLAG_WAIT if wait else 0
-        if n <= INLINE_CALL:
-            self._send(op, P.Call(ep.info.id, view.tobytes()), flags)
-            return op
-        try:
-            self._source(op, payload)
-        except BaseException:
-            self._ops.pop(op.seq, None)
-            self._cleanup(op)
-            raise
-        op.stage, op.length = "acquire", n
-        self._send(op, P.Acquire(ep.info.id, P.Op.CALL, 0, n), flags)
-        return op
+        view = memoryview(payload).cast("B")
+        if view.nbytes > ep.info.size:
+            raise TooLarge(f"a {view.nbytes}-byte payload exceeds {path}'s {ep.info.size}-byte buffer")
+        return self._enqueue(Op("call", ep, 0, view.nbytes, wait, needs_slot=True, source=view))
+
+    # -- launching (inside _pump) ------------------------------------------------------
+    def _launch(self, op: Op) -> None:
+        flags = P.FLAG_WAIT if op.wait else 0
+        ep = op.ep.info
+        if op.kind == "read":
+            self._send(op, P.Read(ep.id, op.offset, op.length), flags)
+            return
+        assert op.source is not None
+        make = P.Write if op.kind == "write" else P.Call
+        if op.length <= P.INLINE_MAX:
+            self._send(op, make(ep.id, op.offset, op.length, op.source.tobytes()), flags)
+            return
+        src = self._local_source(op)
+        dst = self.inventory.buffer(self._region(), offset=op.ep.slot + op.offset, length=op.length, empty=True)
+        op.own.append(dst)
+        self._track(op, self.rdma.write(self._conn(), src, dst))
+        # RC ordering: the frame is delivered only after the write's data is placed
+        self._send(op, make(ep.id, op.offset, op.length), flags | P.FLAG_IN_BUFFER)
+
+    def _conn(self) -> Connection:
+        if self.conn is None:
+            raise Disconnected("not connected")
+        return self.conn
+
+    def _region(self) -> MemoryMap:
+        if self.region is None:
+            raise ProtocolError("the responder granted no memory region")
+        return self.region
+
+    def _local_source(self, op: Op) -> Buffer:
+        """A registered buffer holding the op's payload (staged copy, or registered in place)."""
+        assert op.source is not None
+        n = op.source.nbytes
+        if n <= STAGE and self._free_stage:
+            op.stage_slot = self._free_stage.pop()
+            start = op.stage_slot * STAGE
+            self._stage_mem.data[start:start + n] = op.source
+            buf = self.inventory.buffer(self._stage_map, offset=start, length=STAGE, data_len=n)
+        else:
+            access = Access.LOCAL_READ_ONLY if op.source.readonly else Access.LOCAL_READ_WRITE
+            mmap = MemoryMap(self.dev, op.source, access=access)
+            op.own.append(mmap)
+            buf = self.inventory.buffer(mmap, data_len=n)
+        op.own.append(buf)
+        return buf
+
+    def _send(self, op: Op, msg: P.Message, flags: int) -> None:
+        def sent(ok: bool) -> None:
+            if not ok:
+                self._answer(op, error=Disconnected(f"control message for {op.kind} could not be sent"))
+        self.channel.send(self._conn(), P.encode(msg, op.seq, flags), sent)
+
+    def _track(self, op: Op, task: "Task[Any]", then: Any = None) -> None:
+        op.inflight += 1
+
+        def done(t: "Task[Any]") -> None:
+            op.inflight -= 1
+            try:
+                if t.error is not None:
+                    self._answer(op, error=Disconnected(f"RDMA {op.kind} failed: {t.error}"))
+                elif then is not None and not op.answered:
+                    then()
+            finally:
+                self._maybe_done(op)
+        task.add_done_callback(done)
 
     # -- completion -----------------------------------------------------------------
-    def _answer(self, op: _Op, value: Any = None, error: Optional[BaseException] = None) -> None:
+    def _answer(self, op: Op, value: Any = None, error: Optional[BaseException] = None) -> None:
         if op.answered:
             return
         op.answered = True
@@ -495,12 +519,16 @@ class Requester:
             op.value = value
         self._maybe_done(op)
 
-    def _maybe_done(self, op: _Op) -> None:
-        if op.finished:
-            self._cleanup(op)
-            self._ops.pop(op.seq, None)
+    def _maybe_done(self, op: Op) -> None:
+        if not op.finished:
+            return
+        self._release_local(op)
+        self._active.pop(op.seq, None)
+        if self._credit.get(op.ep.info.id) is op:
+            del self._credit[op.ep.info.id]
+        self._pump()
 
-    def _release_local(self, op: _Op) -> None:
+    def _release_local(self, op: Op) -> None:
         """Free local buffers (no transfer may be in flight)."""
         for res in reversed(op.own):
             try:
@@ -508,29 +536,18 @@ class Requester:
             except Exception as exc:  # noqa: BLE001
                 log.debug("closing an operation buffer failed", error=str(exc))
         op.own.clear()
-        op.src = op.into = None
-        if op.slot is not None:
-            self._free_slots.append(op.slot)
-            op.slot = None
-
-    def _cleanup(self, op: _Op) -> None:
-        if op.inflight == 0:
-            self._release_local(op)
-
-    def _release(self, op: _Op) -> None:
-        """Tell the responder we are done with the endpoint (fire and forget)."""
-        if op.released or self._closed or self.conn is None:
-            return
-        op.released = True
-        self.channel.send(self.conn, P.encode(P.Done(op.ep.info.id), op.seq))
+        if op.stage_slot is not None:
+            self._free_stage.append(op.stage_slot)
+            op.stage_slot = None
 
     def _break(self, error: PeerError) -> None:
         if self._fatal is None:
             self._fatal = error
         if self.conn is not None:
             self.conn.disconnect()
-        for op in list(self._ops.values()):
+        for op in list(self._queue) + list(self._active.values()):
             self._answer(op, error=error)
+        self._queue.clear()
 
     # -- events (inside progress) -----------------------------------------------------
     def _on_conn(self, conn: Connection, state: ConnectionState) -> None:
@@ -554,114 +571,96 @@ class Requester:
             elif not frame.flags & P.FLAG_MORE:
                 self._hello_done = True
             return
-        op = self._ops.get(frame.seq)
+        if isinstance(msg, P.Challenge):
+            self._on_challenge(msg)
+            return
+        op = self._active.get(frame.seq)
         if op is None:
             if frame.seq == 0 and isinstance(msg, P.StatusMsg):
                 self._break(error_for(msg.code, msg.message))
-            elif isinstance(msg, (P.Grant, P.Ready)) or (isinstance(msg, P.Result) and frame.flags & P.FLAG_IN_BUFFER):
-                self.channel.send(conn, P.encode(P.Done(msg.ep), frame.seq))   # late answer: release
             return
         try:
             self._advance(op, frame)
         except Exception as exc:  # noqa: BLE001 - the operation fails, the loop goes on
             log.debug("operation failed locally", seq=op.seq, error=repr(exc))
-            if op.stage in ("data", "reading", "granted"):
-                self._release(op)
             self._answer(op, error=exc if isinstance(exc, PeerError) else PeerError(f"{type(exc).__name__}: {exc}"))
 
-    def _advance(self, op: _Op, frame: P.Frame) -> None:
-        msg = frame.msg
-        if op.abandoned or op.answered:
-            if isinstance(msg, (P.Grant, P.Ready)) or (isinstance(msg, P.Result) and frame.flags & P.FLAG_IN_BUFFER):
-                self._release(op)
-            self._answer(op, error=PeerTimeout("abandoned"))
+    def _on_challenge(self, msg: P.Challenge) -> None:
+        if self.token is None:
+            self._break(Rejected(f"the responder at {self.address} requires a token: pass token= (or "
+                                 "--token) or connect through its descriptor file"))
             return
+        self._server_nonce = msg.nonce
+        mac = client_mac(self.token, self._nonce, msg.nonce, self.name, self.key_id)
+        self.channel.send(self._conn(), P.encode(P.Auth(mac), 0))
+
+    def _advance(self, op: Op, frame: P.Frame) -> None:
+        msg = frame.msg
         if isinstance(msg, P.StatusMsg):
             if msg.code is not P.Status.OK:
                 self._answer(op, error=error_for(msg.code, msg.message))
-            elif op.kind == "write" and op.stage == "data":
+            elif op.kind == "write":
                 self._answer(op)
             else:
-                raise ProtocolError(f"unexpected OK status for {op.kind} in stage {op.stage}")
-        elif isinstance(msg, P.Grant) and op.stage == "acquire" and msg.ep == op.ep.info.id:
-            op.stage = "granted"
-            self._submit_write(op)
-        elif isinstance(msg, P.Ready) and op.kind == "read" and op.stage == "request":
-            op.stage = "granted"
-            if msg.length > op.length or msg.offset != op.offset:
-                raise ProtocolError(f"READY for {msg.length} bytes at {msg.offset}, asked {op.length} at {op.offset}")
-            self._submit_read(op, msg.offset, msg.length)
-        elif isinstance(msg, P.Result) and op.kind == "call" and op.stage in ("request", "data"):
-            if not frame.flags & P.FLAG_IN_BUFFER:
-                if len(msg.payload) != msg.length:
-                    raise ProtocolError("inline RESULT length mismatch")
-                self._answer(op, msg.payload)
-                return
-            op.stage = "granted"
-            if msg.offset + msg.length > op.ep.info.size:
-                raise ProtocolError(f"RESULT of {msg.length} bytes does not fit {op.ep.info.path}")
-            self._cleanup(op)                       # the payload source is no longer needed
-            self._submit_read(op, msg.offset, msg.length)
+                raise ProtocolError(f"unexpected OK status for a {op.kind}")
+        elif isinstance(msg, (P.Ready, P.Result)) and op.kind == ("read" if isinstance(msg, P.Ready) else "call"):
+            self._land(op, msg, bool(frame.flags & P.FLAG_IN_BUFFER))
         else:
-            raise ProtocolError(f"unexpected {frame.type.name} for {op.kind} in stage {op.stage}")
+            raise ProtocolError(f"unexpected {frame.type.name} for a {op.kind}")
 
-    def _track(self, op: _Op, task: "Task[Any]", then: Any) -> None:
-        op.inflight += 1
-
-        def done(t: "Task[Any]") -> None:
-            op.inflight -= 1
-            try:
-                if t.error is not None:
-                    self._release(op)
-                    self._answer(op, error=Disconnected(f"RDMA {op.kind} failed: {t.error}"))
-                elif not op.answered:
-                    then()
-            finally:
-                self._maybe_done(op)
-        task.add_done_callback(done)
-
-    def _submit_write(self, op: _Op) -> None:
-        assert op.src is not None and self.conn is not None
-        dst = self.inventory.buffer(op.ep.rmap, offset=op.offset, length=op.length, empty=True)
-        op.own.append(dst)
-        op.stage = "data"
-        task = self.rdma.write_imm(self.conn, op.src, dst, P.pack_imm(op.ep.info.id, op.seq))
-        self._track(op, task, lambda: None)
-
-    def _submit_read(self, op: _Op, offset: int, n: int) -> None:
-        assert self.conn is not None
-        if n == 0:
-            self._release(op)
-            self._answer(op, op.value if op.kind == "read" else b"")
+    def _land(self, op: Op, msg: P.Data, in_buffer: bool) -> None:
+        """Deliver read data or a call result: inline, or RDMA-read from this requester's slot."""
+        limit = op.length if op.kind == "read" else op.ep.info.size
+        if msg.length > limit or (op.kind == "read" and msg.offset != op.offset):
+            raise ProtocolError(f"{type(msg).__name__.upper()} for {msg.length} bytes at {msg.offset} does not "
+                                f"match the request")
+        if op.abandoned:
+            self._answer(op, error=PeerTimeout("abandoned"))
             return
+        if not in_buffer:
+            self._answer(op, self._deliver(op, msg.payload))
+            return
+        if msg.length == 0:
+            self._answer(op, self._deliver(op, b""))
+            return
+        self._read_slot(op, op.ep.slot + msg.offset, msg.length)
+
+    def _deliver(self, op: Op, data: bytes) -> Any:
+        if op.into is None:
+            return data
+        memoryview(op.into).cast("B")[:len(data)] = data
+        return len(data)
+
+    def _read_slot(self, op: Op, at: int, n: int) -> None:
         start = 0
+        tmp: Optional[bytearray] = None
         if op.into is not None:
-            dst = self.inventory.buffer(op.into, length=n, empty=True)
-        elif n <= STAGE and (op.slot is not None or self._free_slots):
-            if op.slot is None:                     # (a call's payload slot is free again: reuse it)
-                op.slot = self._free_slots.pop()
-            start = op.slot * STAGE
+            mmap = MemoryMap(self.dev, op.into, access=Access.LOCAL_READ_WRITE)
+            op.own.append(mmap)
+            dst = self.inventory.buffer(mmap, length=n, empty=True)
+        elif n <= STAGE and (op.stage_slot is not None or self._free_stage):
+            if op.stage_slot is None:
+                op.stage_slot = self._free_stage.pop()
+            start = op.stage_slot * STAGE
             dst = self.inventory.buffer(self._stage_map, offset=start, length=n, empty=True)
         else:
-            op.tmp = bytearray(n)
-            mmap = MemoryMap(self.dev, op.tmp, access=Access.LOCAL_READ_WRITE)
+            tmp = bytearray(n)
+            mmap = MemoryMap(self.dev, tmp, access=Access.LOCAL_READ_WRITE)
             op.own.append(mmap)
             dst = self.inventory.buffer(mmap, empty=True)
         op.own.append(dst)
-        src = self.inventory.buffer(op.ep.rmap, offset=offset, length=n, data_len=n)
+        src = self.inventory.buffer(self._region(), offset=at, length=n, data_len=n)
         op.own.append(src)
-        op.stage = "reading"
 
         def landed() -> None:
-            self._release(op)
             if op.into is not None:
                 value: Any = n
-            elif op.tmp is not None:
-                value = bytes(op.tmp)
+            elif tmp is not None:
+                value = bytes(tmp)
             else:
-                value = self._stage_view[start:start + n].tobytes()
+                value = self._stage_mem[start:start + n].tobytes()
             self._answer(op, value)
-        self._track(op, self.rdma.read(self.conn, src, dst), landed)
+        self._track(op, self.rdma.read(self._conn(), src, dst), landed)
 
 
 __all__ = ["EndpointInfo", "Requester"]

@@ -1,25 +1,29 @@
-"""The responder: endpoints served to many requesters from one progress loop.
+"""The responder: endpoints served to many requesters.
 
-One Rdma context listens on ``HOST:PORT`` (RDMA CM) and accepts up to
-``max_connections`` requesters. Receive completions, connection events and
-immediates are queued by the engine callbacks and handled by ``run_once()``
-outside them, so handlers are plain Python run on the serving thread.
-Each endpoint has a lock: one operation at a time, others wait in a bounded
-queue (or get BUSY). A requester that vanishes releases everything it held.
+One Rdma context listens on ``HOST:PORT`` (RDMA CM). The serving thread
+(``serve_forever``/``run_once``) owns every DOCA call: engine callbacks only
+queue events, handlers run on a :class:`HandlerPool`, and finished handlers
+are answered from the serving thread.
+
+Isolation: after it authenticates, each requester gets a private region of
+registered memory with one slot per endpoint it has rights to, exported to
+it alone and revoked when it leaves. Its bulk data moves only through that
+region, so no requester can read or write another's bytes, and nothing
+needs a lock grant first: a write is an RDMA write into its own slot
+followed by a WRITE frame, answered by one STATUS.
 """
 from __future__ import annotations
 
 import base64
 import collections
 import hmac
-import inspect
 import os
 import secrets
+import select
 import socket
 import time
 import traceback
-from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -31,111 +35,80 @@ from ..memory import Access, MemoryMap
 from ..pe import ProgressEngine
 from ..rdma import Connection, ConnectionState, Rdma
 from . import protocol as P
+from .auth import ALL_RIGHTS, Credential, address_allowed, client_mac, parse_networks, server_proof
 from .channel import Channel
-from .spec import DEFAULT_QUEUE, EndpointSpec, Kind, ServiceSpec, check_path, resolve_handler, split_address
+from .endpoint import Endpoint, Handler, Request, RequesterInfo
+from .spec import DEFAULT_QUEUE, EndpointSpec, Kind, ServiceSpec, resolve_handler, split_address
+from .workers import HandlerPool, Job
 
 log = get_logger()
 
-INLINE_RESULT = P.MAX_BODY - 20          # RESULT header inside the body is 20 bytes
-Handler = Callable[..., Any]
-
-
-@dataclass(frozen=True)
-class RequesterInfo:
-    """Who is asking: the name the requester gave and its connection number."""
-
-    id: int
-    name: str
-    address: Optional[str] = None
-
-    def __str__(self) -> str:
-        return f"{self.name}#{self.id}"
-
-
-class Endpoint:
-    """One endpoint: its buffer (registered at start), handler, lock and queue."""
-
-    def __init__(self, ep_id: int, path: str, kind: Kind, size: int, handler: Optional[Handler],
-                 queue: int, description: str = "") -> None:
-        self.id, self.path, self.kind, self.size = ep_id, check_path(path), Kind(kind), size
-        self.handler, self.queue, self.description = handler, queue, description
-        self.wants_requester = handler is not None and _arity(handler) > (1 if self.kind is Kind.CALL else 2)
-        self.mem = np.zeros(size, dtype=np.uint8)
-        self.mmap: Optional[MemoryMap] = None
-        self.blob = b""
-        self.owner: Optional[_Request] = None
-        self.waiting: Deque[_Request] = collections.deque()
-        self.ops = 0
-        self.errors = 0
-
-    def view(self, offset: int, length: int) -> memoryview:
-        return self.mem.data[offset:offset + length]
-
-    def __repr__(self) -> str:
-        return f"<Endpoint {self.path} {self.kind.value} {self.size}B>"
-
-
-def _arity(fn: Handler) -> int:
-    """Positional parameters ``fn`` accepts (99 with ``*args``)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return 99
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return 99
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+REGION_ACCESS = Access.LOCAL_READ_WRITE | Access.RDMA_READ | Access.RDMA_WRITE
 
 
 class _Peer:
-    def __init__(self, pid: int, conn: Connection) -> None:
-        self.id, self.conn = pid, conn
+    """A connected requester: handshake state, credential, private region."""
+
+    def __init__(self, pid: int, conn: Connection, deadline: float) -> None:
+        self.id, self.conn, self.deadline = pid, conn, deadline
         self.info: Optional[RequesterInfo] = None
+        self.ident: Optional[P.Ident] = None
+        self.cred: Optional[Credential] = None
+        self.nonce = b""
+        self.ready = False
         self.gone = False
         self.kill_at: Optional[float] = None
-        self.ident_deadline: Optional[float] = None
+        self.region: Optional[np.ndarray] = None
+        self.rmap: Optional[MemoryMap] = None
+        self.slots: Dict[int, int] = {}
 
+    def slot_view(self, ep: Endpoint, offset: int, length: int) -> memoryview:
+        assert self.region is not None
+        start = self.slots[ep.id] + offset
+        return self.region.data[start:start + length]
 
-@dataclass
-class _Request:
-    peer: _Peer
-    seq: int
-    op: P.Op
-    offset: int
-    length: int
-    staged: bool                      # needs GRANT then a write-with-immediate
-    payload: Optional[bytes] = None   # inline call payload
-    stage: str = "queued"             # queued | data | done
-    deadline: float = field(default=0.0)
+    def __str__(self) -> str:
+        return str(self.info) if self.info is not None else f"#{self.id}"
 
 
 class Responder:
     """Serves endpoints over RDMA. Add endpoints, ``start()``, then ``serve_forever()``."""
 
     def __init__(self, listen: str, *, name: str = "Service", device: Optional[str] = None,
-                 max_connections: int = 32, window: int = 4, lease_timeout: float = 30.0,
-                 ident_timeout: float = 10.0, token: Optional[bytes] = None,
+                 max_connections: int = 32, window: int = 4, ident_timeout: float = 10.0,
+                 token: Optional[bytes] = None, credentials: Optional[Mapping[str, Credential]] = None,
+                 allow: Optional[Iterable[str]] = None, workers: int = 4, call_timeout: Optional[float] = 30.0,
                  progress_mode: str = "blocking") -> None:
         self.host, self.port = split_address(listen)
         self.name, self.device_name = name, device
-        self.max_connections, self.window = max_connections, window
-        self.lease_timeout, self.ident_timeout = lease_timeout, ident_timeout
-        self.token, self.progress_mode = token, progress_mode
+        self.max_connections, self.window, self.ident_timeout = max_connections, window, ident_timeout
+        creds: Dict[str, Credential] = dict(credentials or {})
+        if token is not None:
+            creds.setdefault("", Credential(bytes(token)))
+        self.credentials = creds
+        self.token = token
+        self.allow = parse_networks(allow)
+        self.call_timeout, self.progress_mode = call_timeout, progress_mode
+        self.pool = HandlerPool(workers, name="pydoca-handler")
         self.instance = secrets.token_hex(16)
         self.endpoints: List[Endpoint] = []
         self._by_path: Dict[str, Endpoint] = {}
         self._peers: Dict[Connection, _Peer] = {}
         self._next_peer = 0
         self._inbox: Deque[Tuple[Any, ...]] = collections.deque()
+        self._running: List[Request] = []
         self._stopping = False
         self._started = False
         self._closed = False
         self._descriptor_path: Optional[str] = None
         self._resources: List[Any] = []
+        self.refused = 0
 
     # -- definition ---------------------------------------------------------
     def add_endpoint(self, path: str, kind: Union[Kind, str], size: int, handler: Optional[Handler] = None, *,
-                     queue: int = DEFAULT_QUEUE, description: str = "") -> Endpoint:
-        """Define an endpoint (before ``start()``)."""
+                     queue: int = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
+                     description: str = "") -> Endpoint:
+        """Define an endpoint (before ``start()``); ``timeout`` overrides ``call_timeout`` for its handler."""
         if self._started:
             raise RuntimeError("add endpoints before start()")
         if path in self._by_path:
@@ -146,7 +119,8 @@ class Responder:
             raise ValueError(f"call endpoint {path} needs a handler")
         if len(self.endpoints) >= 0xFFFF:
             raise ValueError("at most 65535 endpoints")
-        ep = Endpoint(len(self.endpoints), path, Kind(kind), size, handler, queue, description)
+        ep = Endpoint(len(self.endpoints), path, Kind(kind), size, handler, queue=queue, concurrency=concurrency,
+                      timeout=timeout if timeout is not None else self.call_timeout, description=description)
         self.endpoints.append(ep)
         self._by_path[path] = ep
         return ep
@@ -166,7 +140,7 @@ class Responder:
         return self._decorator(Kind.READ, path, size, **kw)
 
     def call(self, path: str, size: int, **kw: Any) -> Callable[[Handler], Handler]:
-        """Decorator: ``fn(payload[, requester]) -> bytes`` answers a call."""
+        """Decorator: ``fn(payload[, requester]) -> bytes`` answers a call (``async def`` too)."""
         return self._decorator(Kind.CALL, path, size, **kw)
 
     @classmethod
@@ -178,11 +152,13 @@ class Responder:
         resp = cls(address, name=spec.name, **kw)
         for e in spec.endpoints:
             fn = resolve_handler(e.handler, spec.base_dir) if e.handler else None
-            resp.add_endpoint(e.path, e.kind, e.size, fn, queue=e.queue, description=e.description)
+            resp.add_endpoint(e.path, e.kind, e.size, fn, queue=e.queue, concurrency=e.concurrency,
+                              timeout=e.timeout, description=e.description)
         return resp
 
     def specs(self) -> List[EndpointSpec]:
-        return [EndpointSpec(e.path, e.kind, e.size, None, e.queue, e.description) for e in self.endpoints]
+        return [EndpointSpec(e.path, e.kind, e.size, None, e.queue, e.description, e.concurrency, e.timeout)
+                for e in self.endpoints]
 
     # -- lifecycle ------------------------------------------------------------
     def _open_device(self) -> Device:
@@ -197,7 +173,7 @@ class Responder:
         return Device.open(ip=socket.gethostbyname(self.host))
 
     def start(self) -> "Responder":
-        """Open the device, register endpoint buffers and listen."""
+        """Open the device, post the control receives and listen."""
         if self._started:
             return self
         if not self.endpoints:
@@ -209,7 +185,7 @@ class Responder:
             self.close()
             raise
         log.info("responder listening", address=f"{self.host}:{self.port}", endpoints=len(self.endpoints),
-                 instance=self.instance)
+                 instance=self.instance, auth=bool(self.credentials), allow=len(self.allow or ()))
         return self
 
     def _start(self) -> None:
@@ -217,13 +193,6 @@ class Responder:
         self._resources.append(self.dev)
         self.pe = ProgressEngine(mode=self.progress_mode)
         self._resources.append(self.pe)
-        for ep in self.endpoints:
-            access = Access.LOCAL_READ_WRITE | Access.RDMA_READ
-            if ep.kind is not Kind.READ:
-                access |= Access.RDMA_WRITE
-            ep.mmap = MemoryMap(self.dev, ep.mem, access=access)
-            self._resources.append(ep.mmap)
-            ep.blob = ep.mmap.export_rdma()
         recv_slots = self.max_connections * (2 * self.window + 2)
         send_slots = 64
         self.inventory = BufferInventory(recv_slots + send_slots + 16)
@@ -232,7 +201,7 @@ class Responder:
                          send_queue_size=max(256, send_slots), max_tasks=recv_slots + send_slots + 16)
         self.channel = Channel(self.dev, self.rdma, self.inventory, recv_slots=recv_slots, send_slots=send_slots,
                                on_message=lambda c, d: self._inbox.append(("msg", c, d)),
-                               on_imm=lambda c, imm, n: self._inbox.append(("imm", c, imm, n)))
+                               on_imm=lambda c, imm, n: self._inbox.append(("imm", c, imm)))
         self.rdma.on_connection = lambda c, s: self._inbox.append(("conn", c, s))
         self.channel.post_all()
         self.rdma.listen(self.port, accept=self._accept)
@@ -259,22 +228,42 @@ class Responder:
             self.run_once(poll)
 
     def run_once(self, timeout: float = 0.1) -> int:
-        """Wait up to ``timeout`` for events and handle them; returns how many."""
-        if not self._inbox:
-            self.pe.wait(timeout)
+        """Wait up to ``timeout`` for events and finished handlers, handle them; returns how many."""
+        self._wait(timeout)
         self.pe.progress_all(limit=256)
         n = 0
-        while self._inbox:
-            item = self._inbox.popleft()
+        for job in self.pool.take():
             n += 1
-            try:
-                self._dispatch(item)
-            except Exception as exc:  # noqa: BLE001 - one bad event must not stop the server
-                where = traceback.extract_tb(exc.__traceback__)[-1]
-                log.error("responder event failed", what=item[0], error=repr(exc),
-                          at=f"{os.path.basename(where.filename)}:{where.lineno}")
-        self._maintain()
+            self._guard("handler result", self._on_job, job)
+        while self._inbox:
+            n += 1
+            item = self._inbox.popleft()
+            self._guard(item[0], self._dispatch, item)
+        self._guard("maintenance", self._maintain)
         return n
+
+    def _guard(self, what: str, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - one bad event must not stop the server
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            log.error("responder event failed", what=what, error=repr(exc),
+                      at=f"{os.path.basename(where.filename)}:{where.lineno}")
+
+    def _wait(self, timeout: float) -> None:
+        if self._inbox or self.pool.finished:
+            return
+        if self.pe.mode.value == "polling":
+            deadline = time.monotonic() + timeout
+            while not self.pe.progress() and not self.pool.finished and time.monotonic() < deadline:
+                pass
+            return
+        self.pe.request_notification()
+        if self.pe.progress() or self.pool.finished:
+            return
+        ready, _, _ = select.select([self.pe.fileno(), self.pool.fileno()], [], [], max(0.0, timeout))
+        if self.pe.fileno() in ready:
+            self.pe.clear_notification()
 
     def close(self) -> None:
         """Disconnect everyone and release every resource. Idempotent."""
@@ -287,45 +276,55 @@ class Responder:
             channel.closing = True
         for peer in list(self._peers.values()):
             peer.conn.disconnect()
+        self.pool.close()
         rdma: Optional[Rdma] = getattr(self, "rdma", None)
-        if rdma is not None:
-            try:
+        try:
+            if rdma is not None:
                 rdma.close()
-            finally:
-                if channel is not None:
-                    channel.close()
-        for res in reversed(self._resources):
-            res.close()
-        self._resources.clear()
-        self._peers.clear()
+        finally:
+            if channel is not None:
+                channel.close()
+            for peer in list(self._peers.values()):
+                self._revoke(peer)
+            for res in reversed(self._resources):
+                res.close()
+            self._resources.clear()
+            self._peers.clear()
 
     # -- descriptor file --------------------------------------------------------
     def descriptor(self) -> Dict[str, Any]:
         """The payload of this responder's descriptor file (see pydoca.peer.files)."""
         from .files import responder_payload
-        return responder_payload(self)
+        return responder_payload(self.name, self.host, self.port, self.instance, self.token,
+                                 [(e.id, e.path, e.kind.value, e.size) for e in self.endpoints])
 
     def write_descriptor(self, path: str) -> None:
         """Write the descriptor file (atomic, mode 0600); removed again by ``close()``."""
         from .files import write_responder_file
-        write_responder_file(path, self)
+        write_responder_file(path, self.descriptor())
         self._descriptor_path = path
 
     def _remove_descriptor(self) -> None:
         path, self._descriptor_path = self._descriptor_path, None
-        if path is None:
-            return
-        from .files import remove_if_ours
-        remove_if_ours(path, self.instance)
+        if path is not None:
+            from .files import remove_if_ours
+            remove_if_ours(path, self.instance)
 
-    # -- events ---------------------------------------------------------------
+    # -- connections ----------------------------------------------------------------
     def _accept(self, conn: Connection) -> bool:
+        """RDMA CM request policy: allow-list and connection limit, before any memory is spent."""
+        addr = conn.peer_address
+        if not address_allowed(addr[0] if addr else None, self.allow):
+            self.refused += 1
+            log.warning("connection refused: address not in the allow-list", address=addr[0] if addr else None)
+            return False
         live = sum(not p.gone for p in self._peers.values())
         if live >= self.max_connections:
-            log.warning("connection rejected: max_connections reached", max_connections=self.max_connections)
+            self.refused += 1
+            log.warning("connection refused: max_connections reached", max_connections=self.max_connections)
             return False
         self._next_peer += 1
-        self._peers[conn] = _Peer(self._next_peer, conn)
+        self._peers[conn] = _Peer(self._next_peer, conn, time.monotonic() + self.ident_timeout)
         return True
 
     def _dispatch(self, item: Tuple[Any, ...]) -> None:
@@ -344,63 +343,69 @@ class Responder:
         if kind == "msg":
             self._on_message(peer, item[2])
         else:
-            self._on_imm(peer, item[2], item[3])
+            self._violation(peer, 0, f"unexpected write-with-immediate {item[2]:#x} (protocol 2 uses none)")
 
     def _on_conn(self, conn: Connection, state: ConnectionState) -> None:
         peer = self._peers.get(conn)
         if state is ConnectionState.ESTABLISHED:
             if peer is None:
                 self._next_peer += 1
-                peer = self._peers[conn] = _Peer(self._next_peer, conn)
-            peer.ident_deadline = time.monotonic() + self.ident_timeout
+                peer = self._peers[conn] = _Peer(self._next_peer, conn, 0.0)
+            peer.deadline = time.monotonic() + self.ident_timeout
             log.debug("requester connected", peer=peer.id)
         elif state in (ConnectionState.DISCONNECTED, ConnectionState.FAILED, ConnectionState.REJECTED):
             if peer is not None:
                 self._drop(peer, f"connection {state.value}")
 
     def _drop(self, peer: _Peer, why: str) -> None:
-        """Forget a requester: release its locks, drop its queued requests."""
+        """Forget a requester: revoke its region, drop its queued requests."""
         if peer.gone:
             return
         peer.gone = True
-        log.info("requester gone", peer=str(peer.info or peer.id), reason=why)
+        log.info("requester gone", peer=str(peer), reason=why)
         if peer.conn.state in (ConnectionState.ESTABLISHED, ConnectionState.PENDING):
             peer.conn.disconnect()
         self.channel.drop_outbox(peer.conn)
         for ep in self.endpoints:
             ep.waiting = collections.deque(r for r in ep.waiting if r.peer is not peer)
-            if ep.owner is not None and ep.owner.peer is peer:
-                ep.owner = None
-                self._pump(ep)
+        self._revoke(peer)
         self._peers.pop(peer.conn, None)
         self.rdma._forget(peer.conn)
 
-    def _violation(self, peer: _Peer, seq: int, why: str) -> None:
-        """A requester broke the protocol: tell it, then disconnect it."""
-        log.warning("protocol violation, disconnecting requester", peer=str(peer.info or peer.id), reason=why)
+    def _revoke(self, peer: _Peer) -> None:
+        rmap, peer.rmap = peer.rmap, None
+        if rmap is not None:
+            rmap.close()
+
+    def _violation(self, peer: _Peer, seq: int, why: str, code: P.Status = P.Status.PROTOCOL_ERROR) -> None:
+        """Tell the requester why, then disconnect it (at most 1 s later)."""
+        log.warning("disconnecting requester", peer=str(peer), reason=why)
         peer.kill_at = time.monotonic() + 1.0
-        self._send(peer, P.StatusMsg(P.Status.PROTOCOL_ERROR, why), seq,
-                   on_done=lambda _ok: self._inbox.append(("drop", peer.conn, "protocol violation")))
+        self._send(peer, P.StatusMsg(code, why), seq,
+                   on_done=lambda _ok: self._inbox.append(("drop", peer.conn, why)))
 
     def _maintain(self) -> None:
         now = time.monotonic()
         for peer in list(self._peers.values()):
             if peer.kill_at is not None and now >= peer.kill_at:
-                self._drop(peer, "protocol violation")
-            elif peer.info is None and peer.ident_deadline is not None and now >= peer.ident_deadline:
-                self._drop(peer, "no IDENT in time")
-        for ep in self.endpoints:
-            req = ep.owner
-            if req is not None and req.stage in ("data", "done") and now >= req.deadline:
-                log.warning("lease expired, disconnecting requester", endpoint=ep.path, peer=str(req.peer.info))
-                self._drop(req.peer, f"lease on {ep.path} expired")
+                self._drop(peer, "disconnected by the responder")
+            elif not peer.ready and peer.deadline and now >= peer.deadline:
+                self._drop(peer, f"no IDENT/AUTH within {self.ident_timeout:g}s")
+        for req in list(self._running):
+            job = req.job
+            if job is not None and job.deadline is not None and now >= job.deadline and not job.done:
+                job.timed_out = True
+                self.pool.replace_stuck()
+                log.warning("handler timed out", endpoint=req.ep.path, peer=str(req.peer),
+                            seconds=round(now - job.started, 3))
+                self._finish(req, P.Status.HANDLER_ERROR,
+                             f"handler of {req.ep.path} timed out after {now - job.started:.3g}s")
 
-    # -- messages ---------------------------------------------------------------
+    # -- handshake ---------------------------------------------------------------------
     def _send(self, peer: _Peer, msg: P.Message, seq: int, flags: int = 0,
               on_done: Optional[Callable[[bool], None]] = None) -> None:
-        if peer.gone:
-            return
-        self.channel.send(peer.conn, P.encode(msg, seq, flags), on_done)
+        if not peer.gone:
+            self.channel.send(peer.conn, P.encode(msg, seq, flags), on_done)
 
     def _status(self, peer: _Peer, seq: int, code: P.Status, message: str = "") -> None:
         self._send(peer, P.StatusMsg(code, message), seq)
@@ -412,191 +417,209 @@ class Responder:
             self._violation(peer, 0, f"malformed control message: {exc}")
             return
         msg, seq = frame.msg, frame.seq
-        if peer.info is None:
-            if not isinstance(msg, P.Ident):
-                self._violation(peer, seq, f"expected IDENT first, got {frame.type.name}")
-                return
-            self._on_ident(peer, msg, seq)
-            return
-        wait = bool(frame.flags & P.FLAG_WAIT)
-        if isinstance(msg, P.Acquire):
-            self._on_request(peer, seq, msg.ep, msg.op, msg.offset, msg.length, wait, staged=True)
-        elif isinstance(msg, P.Read):
-            self._on_request(peer, seq, msg.ep, P.Op.READ, msg.offset, msg.length, wait, staged=False)
-        elif isinstance(msg, P.Call):
-            self._on_request(peer, seq, msg.ep, P.Op.CALL, 0, len(msg.payload), wait, staged=False,
-                             payload=msg.payload)
-        elif isinstance(msg, P.Done):
-            self._on_done(peer, seq, msg.ep)
+        if not peer.ready:
+            self._handshake(peer, msg, frame)
+        elif isinstance(msg, (P.Write, P.Read, P.Call)):
+            self._on_request(peer, frame.type, seq, msg, frame.flags)
         else:
-            self._violation(peer, seq, f"{frame.type.name} is not a requester message")
+            self._violation(peer, seq, f"{frame.type.name} is not a requester message here")
 
-    def _on_ident(self, peer: _Peer, msg: P.Ident, seq: int) -> None:
-        if self.token is not None and not hmac.compare_digest(msg.token, self.token):
-            log.warning("requester rejected: bad token", peer=peer.id)
-            peer.kill_at = time.monotonic() + 1.0
-            self._send(peer, P.StatusMsg(P.Status.REJECTED, "bad or missing token"), seq,
-                       on_done=lambda _ok: self._inbox.append(("drop", peer.conn, "bad token")))
+    def _handshake(self, peer: _Peer, msg: P.Message, frame: P.Frame) -> None:
+        if peer.ident is None:
+            if not isinstance(msg, P.Ident):
+                self._violation(peer, frame.seq, f"expected IDENT first, got {frame.type.name}")
+                return
+            peer.ident = msg
+            if not self.credentials:
+                self._welcome(peer, ALL_RIGHTS)
+                return
+            peer.cred = self.credentials.get(msg.key_id)
+            peer.nonce = secrets.token_bytes(P.NONCE)
+            self._send(peer, P.Challenge(peer.nonce), 0)
             return
+        if not isinstance(msg, P.Auth):
+            self._violation(peer, frame.seq, f"expected AUTH, got {frame.type.name}")
+            return
+        ident = peer.ident
+        ok = peer.cred is not None and hmac.compare_digest(
+            msg.mac, client_mac(peer.cred.token, ident.nonce, peer.nonce, ident.name, ident.key_id))
+        if not ok or peer.cred is None:
+            self.refused += 1
+            why = "unknown key id" if peer.cred is None else "wrong token"
+            self._violation(peer, 0, f"authentication failed ({why}): use the token from the responder's "
+                                     "descriptor file or --token-file", P.Status.REJECTED)
+            return
+        self._welcome(peer, peer.cred)
+
+    def _welcome(self, peer: _Peer, cred: Credential) -> None:
+        """Authenticated: build its private region and send the hello."""
+        assert peer.ident is not None
         addr = peer.conn.peer_address if peer.conn.incoming else None
-        peer.info = RequesterInfo(peer.id, msg.name or f"peer{peer.id}", f"{addr[0]}:{addr[1]}" if addr else None)
-        doc = {"protocol": P.VERSION, "instance": self.instance, "service": self.name, "identity": str(peer.info),
-               "slot": P.SLOT_SIZE, "window": self.window, "pid": os.getpid(), "host": socket.gethostname(),
-               "endpoints": [{"id": e.id, "path": e.path, "kind": e.kind.value, "size": e.size,
-                              "mmap": base64.b64encode(e.blob).decode()} for e in self.endpoints]}
+        peer.info = RequesterInfo(peer.id, peer.ident.name or f"peer{peer.id}",
+                                  f"{addr[0]}:{addr[1]}" if addr else None, peer.ident.key_id)
+        peer.cred, peer.ready = cred, True
+        entries, total = [], 0
+        for e in self.endpoints:
+            allowed = cred.allows(e.path, e.kind.value)
+            entries.append({"id": e.id, "path": e.path, "kind": e.kind.value, "size": e.size,
+                            "rights": e.kind.value[0] if allowed else "", "slot": total if allowed else -1})
+            if allowed:
+                peer.slots[e.id] = total
+                total += (e.size + 63) // 64 * 64
+        region = ""
+        if total:
+            peer.region = np.zeros(total, dtype=np.uint8)
+            peer.rmap = MemoryMap(self.dev, peer.region, access=REGION_ACCESS)
+            region = base64.b64encode(peer.rmap.export_rdma()).decode()
+        doc: Dict[str, Any] = {"protocol": P.VERSION, "instance": self.instance, "service": self.name,
+                               "identity": str(peer.info), "slot": P.SLOT_SIZE, "window": self.window,
+                               "pid": os.getpid(), "host": socket.gethostname(), "region": region,
+                               "endpoints": entries}
+        if self.credentials:
+            doc["proof"] = server_proof(cred.token, peer.ident.nonce, peer.nonce).hex()
         for frame in P.hello_frames(doc):
             self.channel.send(peer.conn, frame)
-        log.info("requester identified", peer=str(peer.info), address=peer.info.address)
+        log.info("requester identified", peer=str(peer.info), address=peer.info.address, region=total)
 
-    def _on_request(self, peer: _Peer, seq: int, ep_id: int, op: P.Op, offset: int, length: int, wait: bool,
-                    *, staged: bool, payload: Optional[bytes] = None) -> None:
-        if not 0 <= ep_id < len(self.endpoints):
-            self._status(peer, seq, P.Status.NOT_FOUND, f"no endpoint with id {ep_id}")
+    # -- operations -----------------------------------------------------------------------
+    def _on_request(self, peer: _Peer, mtype: P.MsgType, seq: int, msg: P.Data, flags: int) -> None:
+        if not 0 <= msg.ep < len(self.endpoints):
+            self._status(peer, seq, P.Status.NOT_FOUND, f"no endpoint with id {msg.ep}")
             return
-        ep = self.endpoints[ep_id]
-        want = {P.Op.WRITE: Kind.WRITE, P.Op.READ: Kind.READ, P.Op.CALL: Kind.CALL}[op]
+        ep = self.endpoints[msg.ep]
+        want = {P.MsgType.WRITE: Kind.WRITE, P.MsgType.READ: Kind.READ, P.MsgType.CALL: Kind.CALL}[mtype]
         if ep.kind is not want:
             self._status(peer, seq, P.Status.REJECTED, f"{ep.path} is a {ep.kind.value} endpoint, not {want.value}")
             return
-        if op is P.Op.CALL and offset != 0:
-            self._status(peer, seq, P.Status.REJECTED, "a call payload starts at offset 0")
+        if ep.id not in peer.slots:
+            self._status(peer, seq, P.Status.REJECTED, f"{peer.info.key_id if peer.info else ''!r} has no "
+                         f"{want.value} right on {ep.path}")
             return
-        if offset + length > ep.size or (staged and length == 0):
+        in_buffer = bool(flags & P.FLAG_IN_BUFFER)
+        if msg.offset + msg.length > ep.size or (want is Kind.WRITE and msg.length == 0) or \
+                (want is Kind.CALL and msg.offset != 0):
             self._status(peer, seq, P.Status.TOO_LARGE,
-                         f"{length} bytes at offset {offset} do not fit {ep.path} ({ep.size} bytes)")
+                         f"{msg.length} bytes at offset {msg.offset} do not fit {ep.path} ({ep.size} bytes)")
             return
-        busy = ep.owner is not None or bool(ep.waiting)
-        if busy and (not wait or len(ep.waiting) >= ep.queue):
-            self._status(peer, seq, P.Status.BUSY, f"{ep.path} is busy" + (" (queue full)" if wait else ""))
-            return
-        ep.waiting.append(_Request(peer, seq, op, offset, length, staged, payload))
-        self._pump(ep)
-
-    def _pump(self, ep: Endpoint) -> None:
-        """Start queued requests while the endpoint is free."""
-        while ep.owner is None and ep.waiting:
-            req = ep.waiting.popleft()
-            if not req.peer.gone and req.peer.kill_at is None:
-                self._begin(ep, req)
-
-    def _begin(self, ep: Endpoint, req: _Request) -> None:
-        ep.owner = req
-        ep.ops += 1
-        if req.staged:
-            req.stage, req.deadline = "data", time.monotonic() + self.lease_timeout
-            self._send(req.peer, P.Grant(ep.id), req.seq)
-        elif req.op is P.Op.READ:
-            self._run_read(ep, req)
+        data: Any
+        in_slot = False
+        if want is Kind.WRITE:
+            data = peer.slot_view(ep, msg.offset, msg.length) if in_buffer else memoryview(msg.payload)
+        elif want is Kind.CALL:
+            data = bytes(peer.slot_view(ep, 0, msg.length)) if in_buffer else msg.payload
+        elif msg.length > P.INLINE_MAX:
+            data, in_slot = peer.slot_view(ep, msg.offset, msg.length), True
         else:
-            self._run_call(ep, req, req.payload or b"")
+            data = memoryview(bytearray(msg.length))
+        req = Request(peer, seq, ep, msg.offset, msg.length, data, in_slot)
+        if ep.running < ep.concurrency and not ep.waiting:
+            self._begin(req)
+        elif not flags & P.FLAG_WAIT or len(ep.waiting) >= ep.queue:
+            self._status(peer, seq, P.Status.BUSY, f"{ep.path} is busy" + (" (queue full)" if flags & P.FLAG_WAIT
+                                                                           else ""))
+        else:
+            ep.waiting.append(req)
 
-    def _finish(self, ep: Endpoint, req: _Request, code: P.Status = P.Status.OK, message: str = "") -> None:
-        if code is not P.Status.OK:
-            ep.errors += 1
-        self._status(req.peer, req.seq, code, message)
-        ep.owner = None
-
-    def _handler_failed(self, ep: Endpoint, req: _Request, exc: BaseException) -> None:
-        log.warning("handler raised", endpoint=ep.path, peer=str(req.peer.info), error=repr(exc))
-        self._finish(ep, req, P.Status.HANDLER_ERROR, f"{type(exc).__name__}: {exc}")
-
-    def _hold(self, ep: Endpoint, req: _Request) -> None:
-        req.stage, req.deadline = "done", time.monotonic() + self.lease_timeout
-
-    def _run_read(self, ep: Endpoint, req: _Request) -> None:
-        view = ep.view(req.offset, req.length)
-        n = req.length
-        if ep.handler is not None:
-            try:
-                got = ep.handler(view, req.length, req.peer.info) if ep.wants_requester else \
-                    ep.handler(view, req.length)
-            except Exception as exc:  # noqa: BLE001 - reported to the requester
-                self._handler_failed(ep, req, exc)
-                return
-            if isinstance(got, (bytes, bytearray, memoryview)):
-                data = memoryview(got).cast("B")
-                if len(data) > req.length:
-                    self._finish(ep, req, P.Status.TOO_LARGE, f"read handler returned {len(data)} bytes, "
-                                 f"more than the {req.length} requested")
-                    return
-                view[:len(data)] = data
-                n = len(data)
-            elif isinstance(got, int) and not isinstance(got, bool):
-                if not 0 <= got <= req.length:
-                    self._finish(ep, req, P.Status.HANDLER_ERROR, f"read handler returned length {got}, "
-                                 f"outside 0..{req.length}")
-                    return
-                n = got
-        self._hold(ep, req)
-        self._send(req.peer, P.Ready(ep.id, req.offset, n), req.seq)
-
-    def _run_call(self, ep: Endpoint, req: _Request, payload: bytes) -> None:
-        assert ep.handler is not None
-        try:
-            got = ep.handler(payload, req.peer.info) if ep.wants_requester else ep.handler(payload)
-        except Exception as exc:  # noqa: BLE001 - reported to the requester
-            self._handler_failed(ep, req, exc)
+    def _begin(self, req: Request) -> None:
+        ep = req.ep
+        ep.running += 1
+        ep.ops += 1
+        self._running.append(req)
+        if ep.handler is None:
+            if ep.kind is Kind.WRITE:
+                ep.mem[req.offset:req.offset + req.length] = np.frombuffer(req.data, dtype=np.uint8)
+            else:
+                req.data[:] = ep.mem.data[req.offset:req.offset + req.length]
+            self._complete(req, None)
             return
+        assert req.peer.info is not None
+        req.job = Job(ep.handler, ep.args(req.data, req.length, req.peer.info), req, ep.timeout)
+        self.pool.submit(req.job)
+
+    def _on_job(self, job: Job) -> None:
+        req: Request = job.context
+        if job.timed_out:
+            log.info("timed-out handler finished late; result dropped", endpoint=req.ep.path)
+            return
+        if job.error is not None:
+            exc = job.error
+            log.warning("handler raised", endpoint=req.ep.path, peer=str(req.peer), error=repr(exc))
+            self._finish(req, P.Status.HANDLER_ERROR, f"{type(exc).__name__}: {exc}")
+            return
+        self._complete(req, job.value)
+
+    def _complete(self, req: Request, value: Any) -> None:
+        """Turn a handler's return value into the answer."""
+        if req.ep.kind is Kind.WRITE:
+            self._finish(req, P.Status.OK)
+        elif req.ep.kind is Kind.READ:
+            self._answer_read(req, value)
+        else:
+            self._answer_call(req, value)
+
+    def _answer_read(self, req: Request, got: Any) -> None:
+        n = req.length
+        if isinstance(got, (bytes, bytearray, memoryview)):
+            data = memoryview(got).cast("B")
+            if len(data) > req.length:
+                self._finish(req, P.Status.TOO_LARGE, f"read handler returned {len(data)} bytes, more than the "
+                             f"{req.length} requested")
+                return
+            req.data[:len(data)] = data
+            n = len(data)
+        elif isinstance(got, int) and not isinstance(got, bool):
+            if not 0 <= got <= req.length:
+                self._finish(req, P.Status.HANDLER_ERROR, f"read handler returned length {got}, outside "
+                             f"0..{req.length}")
+                return
+            n = got
+        if req.in_slot:
+            self._reply(req, P.Ready(req.ep.id, req.offset, n), P.FLAG_IN_BUFFER)
+        else:
+            self._reply(req, P.Ready(req.ep.id, req.offset, n, bytes(req.data[:n])))
+
+    def _answer_call(self, req: Request, got: Any) -> None:
+        ep = req.ep
         if got is None:
             got = b""
         elif isinstance(got, str):
             got = got.encode("utf-8")
         if not isinstance(got, (bytes, bytearray, memoryview)):
-            self._finish(ep, req, P.Status.HANDLER_ERROR, f"call handler returned {type(got).__name__}, not bytes")
+            self._finish(req, P.Status.HANDLER_ERROR, f"call handler returned {type(got).__name__}, not bytes")
             return
         data = memoryview(got).cast("B")
-        if len(data) > ep.size:
-            self._finish(ep, req, P.Status.TOO_LARGE, f"response of {len(data)} bytes exceeds {ep.path}'s "
+        if len(data) <= P.INLINE_MAX:
+            self._reply(req, P.Result(ep.id, 0, len(data), bytes(data)))
+        elif len(data) > ep.size:
+            self._finish(req, P.Status.TOO_LARGE, f"response of {len(data)} bytes exceeds {ep.path}'s "
                          f"{ep.size}-byte buffer")
-            return
-        if len(data) <= INLINE_RESULT:
-            self._send(req.peer, P.Result(ep.id, 0, len(data), bytes(data)), req.seq)
-            ep.owner = None
-            return
-        ep.view(0, len(data))[:] = data
-        self._hold(ep, req)
-        self._send(req.peer, P.Result(ep.id, 0, len(data), b""), req.seq, P.FLAG_IN_BUFFER)
-
-    def _on_imm(self, peer: _Peer, imm: int, length: int) -> None:
-        ep_id, seq16 = P.unpack_imm(imm)
-        ep = self.endpoints[ep_id] if ep_id < len(self.endpoints) else None
-        req = ep.owner if ep is not None else None
-        if ep is None or req is None or req.peer is not peer or req.stage != "data" or (req.seq & 0xFFFF) != seq16:
-            self._violation(peer, 0, f"write-with-immediate {imm:#010x} without a grant")
-            return
-        if req.op is P.Op.CALL:
-            self._run_call(ep, req, bytes(ep.view(0, req.length)))
+        elif req.peer.gone:
+            self._finish(req, P.Status.OK)
         else:
-            self._run_write(ep, req)
-        self._pump(ep)
+            req.peer.slot_view(ep, 0, len(data))[:] = data
+            self._reply(req, P.Result(ep.id, 0, len(data)), P.FLAG_IN_BUFFER)
 
-    def _run_write(self, ep: Endpoint, req: _Request) -> None:
-        if ep.handler is not None:
-            try:
-                view = ep.view(req.offset, req.length)
-                if ep.wants_requester:
-                    ep.handler(view, req.length, req.peer.info)
-                else:
-                    ep.handler(view, req.length)
-            except Exception as exc:  # noqa: BLE001 - reported to the requester
-                self._handler_failed(ep, req, exc)
-                return
-        self._finish(ep, req)
+    def _reply(self, req: Request, msg: P.Message, flags: int = 0) -> None:
+        self._send(req.peer, msg, req.seq, flags)
+        self._release(req)
 
-    def _on_done(self, peer: _Peer, seq: int, ep_id: int) -> None:
-        ep = self.endpoints[ep_id] if ep_id < len(self.endpoints) else None
-        if ep is None:
-            self._violation(peer, seq, f"DONE for unknown endpoint id {ep_id}")
+    def _finish(self, req: Request, code: P.Status, message: str = "") -> None:
+        if code is not P.Status.OK:
+            req.ep.errors += 1
+        self._status(req.peer, req.seq, code, message)
+        self._release(req)
+
+    def _release(self, req: Request) -> None:
+        """The request is answered: free its concurrency permit, start the next waiting one."""
+        if req not in self._running:
             return
-        req = ep.owner
-        if req is not None and req.peer is peer and req.seq == seq and req.stage in ("data", "done"):
-            ep.owner = None
-            self._pump(ep)
-            return
-        before = len(ep.waiting)
-        ep.waiting = collections.deque(r for r in ep.waiting if not (r.peer is peer and r.seq == seq))
-        if len(ep.waiting) == before:
-            log.debug("DONE for an operation not held", endpoint=ep.path, seq=seq)
+        self._running.remove(req)
+        ep = req.ep
+        ep.running -= 1
+        while ep.running < ep.concurrency and ep.waiting:
+            nxt = ep.waiting.popleft()
+            if not nxt.peer.gone and nxt.peer.kill_at is None:
+                self._begin(nxt)
 
     def __repr__(self) -> str:
         return f"<Responder {self.name} {self.address} endpoints={len(self.endpoints)} peers={len(self._peers)}>"

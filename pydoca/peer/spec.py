@@ -11,6 +11,8 @@ Format (``version: 1``)::
         buffer: {size: 1MiB}      # bytes, or with a unit: KiB, MiB, GiB, K, M, G
         handler: handlers:store   # optional for write/read, required for call
         queue: 16                 # optional: max requests waiting while busy (default 16)
+        concurrency: 1            # optional: handlers of this endpoint running at once (default 1)
+        timeout: 30               # optional: seconds a handler may run (default: the responder's call_timeout)
         description: text         # optional
 
 Handler modules are imported with the spec file's directory on ``sys.path``.
@@ -56,6 +58,8 @@ class EndpointSpec:
     handler: Optional[str] = None
     queue: int = DEFAULT_QUEUE
     description: str = ""
+    concurrency: int = 1
+    timeout: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,8 @@ def _endpoint(i: int, raw: Any) -> EndpointSpec:
     where = f"endpoints[{i}]"
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: expected a mapping")
-    unknown = set(raw) - {"path", "type", "kind", "buffer", "size", "handler", "queue", "description"}
+    unknown = set(raw) - {"path", "type", "kind", "buffer", "size", "handler", "queue", "description",
+                          "concurrency", "timeout"}
     if unknown:
         raise SpecError(f"{where}: unknown keys {sorted(unknown)}")
     path = check_path(raw.get("path"))
@@ -124,8 +129,15 @@ def _endpoint(i: int, raw: Any) -> EndpointSpec:
     queue = raw.get("queue", DEFAULT_QUEUE)
     if not isinstance(queue, int) or isinstance(queue, bool) or not 0 <= queue <= 65536:
         raise SpecError(f"{where} ({path}): queue must be an integer 0..65536")
+    concurrency = raw.get("concurrency", 1)
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 1024:
+        raise SpecError(f"{where} ({path}): concurrency must be an integer 1..1024")
+    timeout = raw.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise SpecError(f"{where} ({path}): timeout must be a number of seconds > 0")
     desc = raw.get("description", "")
-    return EndpointSpec(path, kind, parse_size(size_raw), handler, queue, str(desc))
+    return EndpointSpec(path, kind, parse_size(size_raw), handler, queue, str(desc), concurrency,
+                        None if timeout is None else float(timeout))
 
 
 def parse_spec(doc: Any, *, base_dir: Optional[str] = None) -> ServiceSpec:
