@@ -82,7 +82,8 @@ class RawClient:
         mm = pydoca.MemoryMap(self.dev, mem, access=Access.LOCAL_READ_WRITE)
         try:
             local = self.inv.buffer(mm, data_len=len(data)) if data else self.inv.buffer(mm, empty=True)
-            remote = self.inv.buffer(rmap, offset=offset, length=len(mem), data_len=len(mem), empty=bool(data))
+            remote = (self.inv.buffer(rmap, offset=offset, length=len(mem), empty=True) if kind == "write"
+                      else self.inv.buffer(rmap, offset=offset, length=len(mem)))
             task = (self.rdma.write(self.conn, local, remote) if kind == "write"
                     else self.rdma.read(self.conn, remote, local))
             task.wait(10)

@@ -54,7 +54,7 @@ class Endpoint:
     """One endpoint: definition, handler, limits, queue and counters."""
 
     def __init__(self, ep_id: int, path: str, kind: Kind, size: int, handler: Optional[Handler], *,
-                 queue: int = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
+                 queue: Optional[int] = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
                  description: str = "") -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency of {path} must be >= 1")

@@ -106,7 +106,7 @@ class Responder:
 
     # -- definition ---------------------------------------------------------
     def add_endpoint(self, path: str, kind: Union[Kind, str], size: int, handler: Optional[Handler] = None, *,
-                     queue: int = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
+                     queue: Optional[int] = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
                      description: str = "") -> Endpoint:
         """Define an endpoint (before ``start()``); ``timeout`` overrides ``call_timeout`` for its handler."""
         if self._started:
@@ -514,7 +514,8 @@ class Responder:
         req = Request(peer, seq, ep, msg.offset, msg.length, data, in_slot)
         if ep.running < ep.concurrency and not ep.waiting:
             self._begin(req)
-        elif not flags & P.FLAG_WAIT or len(ep.waiting) >= ep.queue:
+        elif not flags & P.FLAG_WAIT or len(ep.waiting) >= (ep.queue if ep.queue is not None else
+                                                             self.max_connections * self.window):
             self._status(peer, seq, P.Status.BUSY, f"{ep.path} is busy" + (" (queue full)" if flags & P.FLAG_WAIT
                                                                            else ""))
         else:

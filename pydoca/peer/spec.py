@@ -10,7 +10,8 @@ Format (``version: 1``)::
         type: write               # write | read | call
         buffer: {size: 1MiB}      # bytes, or with a unit: KiB, MiB, GiB, K, M, G
         handler: handlers:store   # optional for write/read, required for call
-        queue: 16                 # optional: max requests waiting while busy (default 16)
+        queue: 16                 # optional: max requests waiting while busy (default: no limit beyond
+                                  #   the requesters' windows, max_connections x window)
         concurrency: 1            # optional: handlers of this endpoint running at once (default 1)
         timeout: 30               # optional: seconds a handler may run (default: the responder's call_timeout)
         description: text         # optional
@@ -30,7 +31,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import yaml
 
 SPEC_VERSION = 1
-DEFAULT_QUEUE = 16
+DEFAULT_QUEUE: Optional[int] = None      # bounded by max_connections x window
 _PATH_RE = re.compile(r"^/[A-Za-z0-9_.\-/]{0,254}$")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2,
@@ -56,7 +57,7 @@ class EndpointSpec:
     kind: Kind
     size: int
     handler: Optional[str] = None
-    queue: int = DEFAULT_QUEUE
+    queue: Optional[int] = DEFAULT_QUEUE
     description: str = ""
     concurrency: int = 1
     timeout: Optional[float] = None
@@ -127,7 +128,7 @@ def _endpoint(i: int, raw: Any) -> EndpointSpec:
     if kind is Kind.CALL and handler is None:
         raise SpecError(f"{where} ({path}): a call endpoint needs a handler")
     queue = raw.get("queue", DEFAULT_QUEUE)
-    if not isinstance(queue, int) or isinstance(queue, bool) or not 0 <= queue <= 65536:
+    if queue is not None and (not isinstance(queue, int) or isinstance(queue, bool) or not 0 <= queue <= 65536):
         raise SpecError(f"{where} ({path}): queue must be an integer 0..65536")
     concurrency = raw.get("concurrency", 1)
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 1024:

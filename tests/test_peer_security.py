@@ -1,0 +1,170 @@
+"""pydoca.peer security: memory isolation between requesters, authentication, rights, allow-lists."""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Dict, Iterator
+
+import pytest
+from peer_raw import RawClient, status_of
+from peer_util import Proc, Server, free_port, write_spec
+
+from pydoca.peer import Rejected, Requester, Unavailable
+from pydoca.peer import protocol as P
+from pydoca.peer.errors import ProtocolError
+
+pytestmark = pytest.mark.timeout(120)
+TOKEN = bytes(range(16))
+ALICE = bytes(range(100, 132))
+
+
+def forge(blob: bytes, id_delta: int = 0, base_delta: int = 0, length: int = 0) -> bytes:
+    """An mmap export with another map id / base / length and a valid CRC (softdoca layout v1)."""
+    b = bytearray(blob)
+    mid, base, size = struct.unpack_from("<QQQ", b, 16)
+    struct.pack_into("<QQQ", b, 16, mid + id_delta, base + base_delta, length or size)
+    struct.pack_into("<I", b, 78, zlib.crc32(bytes(b[:78])))
+    return bytes(b)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = Server(write_spec(tmp_path_factory.mktemp("sec")))
+    yield srv
+    assert srv.terminate() == 0, srv.stderr[-3000:]
+
+
+def test_requesters_are_isolated(server: Server) -> None:
+    """Each requester gets its own region; forged descriptors for a neighbour's are refused, its bytes intact."""
+    a, b = RawClient(server.port), RawClient(server.port)
+    try:
+        ha, hb = a.hello("a"), b.hello("b")
+        assert all("mmap" not in e for e in ha["endpoints"]), "endpoint buffers must not be exported"
+        assert a.region_blob and b.region_blob and a.region_blob != b.region_blob
+        slot = next(e["slot"] for e in ha["endpoints"] if e["path"] == "/store")
+        secret = hashlib.sha256(b"a's upload").digest() * 128              # 4 KiB
+        task, _ = a.rdma_op("write", a.region_blob, slot, data=secret)
+        assert task.error is None
+        refused = attempts = 0
+        for delta in (-3, -2, -1, 1, 2, 3):                                  # neighbouring map ids
+            for kind in ("read", "write"):
+                attempts += 1
+                try:
+                    task, got = b.rdma_op(kind, forge(b.region_blob, id_delta=delta), slot, data=b"x" * 64,
+                                          length=64) if kind == "write" else \
+                        b.rdma_op(kind, forge(b.region_blob, id_delta=delta), slot, length=64)
+                except Exception:  # noqa: BLE001 - refused at parse time counts as refused
+                    refused += 1
+                    continue
+                refused += task.error is not None
+        size = struct.unpack_from("<Q", b.region_blob, 32)[0]
+        task, _ = b.rdma_op("read", forge(b.region_blob, length=1 << 30), size, length=64)  # past its region
+        assert task.error is not None, "a read past the requester's own region succeeded"
+        assert refused == attempts, f"{attempts - refused} of {attempts} forged accesses succeeded"
+        task, back = a.rdma_op("read", a.region_blob, slot, length=len(secret))
+        assert task.error is None and back == secret, "a's bytes changed"
+        a_blob = a.region_blob
+    finally:
+        a.close()
+    time.sleep(0.3)                                                          # the responder revokes a's region
+    try:
+        task, _ = b.rdma_op("read", a_blob, slot, length=64)
+        assert task.error is not None, "a departed requester's region is still readable"
+    finally:
+        b.close()
+
+
+def _auth_server(cfg: Dict[str, Any]) -> tuple[Proc, str]:
+    port = free_port()
+    proc = Proc(["tests/peer_auth_server.py", str(port), json.dumps(cfg)])
+    proc.wait_for("serving")
+    return proc, f"127.0.0.1:{port}"
+
+
+def test_challenge_response_and_rights() -> None:
+    cfg = {"credentials": {"": {"token": TOKEN.hex()},
+                           "alice": {"token": ALICE.hex(), "rights": {"/echo": "c", "/pat*": "r"}}}}
+    srv, address = _auth_server(cfg)
+    try:
+        with pytest.raises(Rejected, match="requires a token"):
+            Requester.connect(address)
+        with pytest.raises(Rejected, match="authentication failed"):
+            Requester.connect(address, token=bytes(16))
+        with pytest.raises(Rejected, match="authentication failed"):
+            Requester.connect(address, token=TOKEN, key_id="alice")            # right token, wrong key id
+        with Requester.connect(address, token=TOKEN) as req:
+            assert req.call("/echo", b"admin") == b"admin"
+            req.write("/plain", b"admin may write")
+        with Requester.connect(address, token=ALICE, key_id="alice") as req:
+            assert req.call("/echo", b"alice") == b"alice"
+            assert len(req.read("/pattern", 100)) == 100
+            rights = {e.path: e.rights for e in req.endpoints()}
+            assert rights["/echo"] == "c" and rights["/store"] == "" and rights["/pattern"] == "r"
+            with pytest.raises(Rejected, match="no write right"):
+                req.write("/store", b"nope")
+        raw = RawClient(int(address.rsplit(":", 1)[1]))                      # alice forging a frame
+        try:
+            hello = raw.hello("alice", token=ALICE, key_id="alice")
+            ids = {e["path"]: e["id"] for e in hello["endpoints"]}
+            raw.send(P.encode(P.Write(ids["/store"], 0, 2, b"xy"), 3))
+            frame = raw.expect()
+            assert status_of(frame) is P.Status.REJECTED and "right" in frame.msg.message  # type: ignore[union-attr]
+        finally:
+            raw.close()
+        raw = RawClient(int(address.rsplit(":", 1)[1]))                      # a replayed / foreign MAC
+        try:
+            raw.send(P.encode(P.Ident("mallory", "", b"\x01" * P.NONCE), 0))
+            assert isinstance(raw.expect().msg, P.Challenge)
+            raw.send(P.encode(P.Auth(b"\x00" * P.MAC), 0))
+            assert status_of(raw.expect()) is P.Status.REJECTED
+            raw.wait_closed()
+        finally:
+            raw.close()
+        assert srv.popen.poll() is None
+    finally:
+        srv.kill()
+
+
+def test_responder_must_prove_the_token(server: Server) -> None:
+    """A requester holding a token refuses a responder that cannot prove it (no challenge at all here)."""
+    with pytest.raises(ProtocolError, match="prove"):
+        Requester.connect(server.address, token=TOKEN)
+
+
+def test_allow_list() -> None:
+    srv, address = _auth_server({"allow": ["10.77.0.0/16"]})
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(Unavailable):
+            Requester.connect(address, timeout=5)
+        assert time.monotonic() - t0 < 3
+    finally:
+        srv.kill()
+    srv, address = _auth_server({"allow": ["127.0.0.1/32"]})
+    try:
+        with Requester.connect(address, timeout=5) as req:
+            assert req.call("/echo", b"allowed") == b"allowed"
+    finally:
+        srv.kill()
+
+
+def test_token_file_cli(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    key.write_text(TOKEN.hex() + "\n")
+    srv = Server(write_spec(tmp_path), "--token-file", str(key))
+    try:
+        with pytest.raises(Rejected):
+            Requester.connect(srv.address)
+        with Requester.connect(srv.address, token=TOKEN) as req:
+            assert req.call("/echo", b"file token") == b"file token"
+        short = tmp_path / "short"
+        short.write_text("abcd")
+        bad = Proc(["-m", "pydoca.cli", "serve", str(tmp_path / "spec.yaml"), "--listen",
+                    f"127.0.0.1:{free_port()}", "--token-file", str(short)])
+        assert bad.finish(30) != 0 and "at least 16" in bad.stderr
+    finally:
+        srv.kill()
