@@ -68,7 +68,10 @@ def test_request_failures(served: Server, tmp_path: Path) -> None:
     out = cli("request", "127.0.0.1:9", "endpoints", "--timeout", "3")
     assert out.returncode != 0 and "Unavailable" in last_line(out)
     out = cli("request", str(tmp_path / "missing.desc"), "endpoints")
-    assert out.returncode != 0 and len(last_line(out)) < 300
+    assert out.returncode != 0 and len(last_line(out)) < 400
+    assert "neither HOST:PORT nor a readable descriptor file (no such file)" in last_line(out)
+    out = cli("request", str(tmp_path), "endpoints")
+    assert out.returncode != 0 and "(a directory)" in last_line(out)
 
 
 def test_export(served: Server, tmp_path: Path) -> None:
