@@ -395,7 +395,7 @@ class Responder:
             job = req.job
             if job is not None and job.deadline is not None and now >= job.deadline and not job.done:
                 job.timed_out = True
-                self.pool.replace_stuck()
+                self.pool.abandon(job)
                 log.warning("handler timed out", endpoint=req.ep.path, peer=str(req.peer),
                             seconds=round(now - job.started, 3))
                 self._finish(req, P.Status.HANDLER_ERROR,

@@ -26,7 +26,7 @@ log = get_logger()
 class Job:
     """One handler invocation; ``value``/``error`` are set when ``done``."""
 
-    __slots__ = ("fn", "args", "context", "deadline", "value", "error", "done", "timed_out", "started")
+    __slots__ = ("fn", "args", "context", "deadline", "value", "error", "done", "timed_out", "started", "future")
 
     def __init__(self, fn: Callable[..., Any], args: tuple, context: Any, timeout: Optional[float]) -> None:
         self.fn, self.args, self.context = fn, args, context
@@ -36,6 +36,7 @@ class Job:
         self.error: Optional[BaseException] = None
         self.done = False
         self.timed_out = False
+        self.future: Any = None
 
     def run(self) -> None:
         try:
@@ -121,7 +122,14 @@ class HandlerPool:
             except BaseException as exc:  # noqa: BLE001 - handed to the serving thread
                 job.error = exc
             self._finish(job)
-        asyncio.run_coroutine_threadsafe(run(), self._loop)
+        job.future = asyncio.run_coroutine_threadsafe(run(), self._loop)
+
+    def abandon(self, job: Job) -> None:
+        """A job timed out: cancel it if it is a coroutine, else allow a replacement thread."""
+        if job.future is not None:
+            job.future.cancel()
+        else:
+            self.replace_stuck()
 
     def take(self) -> List[Job]:
         """Jobs finished since the last call (drains the wake-up pipe)."""
