@@ -1,16 +1,66 @@
-"""`pydoca bench` runs end to end and reports every figure (no timing asserted)."""
+"""`pydoca bench` runs end to end and reports every figure of its JSON contract (no timing asserted)."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
 
 
-def test_bench_json_smoke() -> None:
-    out = subprocess.run([sys.executable, "-m", "pydoca.cli", "bench", "--iters", "20", "--rounds", "1", "--json"],
-                         capture_output=True, text=True, timeout=120)
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pydoca.cli", "bench", *args], capture_output=True, text=True,
+                          timeout=240)
+
+
+def test_summary_json_smoke() -> None:
+    out = bench("summary", "--iters", "20", "--rounds", "1", "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     figures = json.loads(out.stdout)
     for key in ("tcp_pingpong_8B_s", "tcp_bulk_4MiB_s", "raw_write_8B_s", "raw_write_1MiB_s", "raw_write_4MiB_s",
                 "peer_call_64B_s", "peer_write_8B_s", "peer_write_4MiB_s"):
         assert figures[key] > 0
+
+
+BASE = ("backend", "transport", "op", "size", "iterations", "rounds")
+
+
+@pytest.mark.parametrize("op", ["write", "read", "send", "write_imm", "send_imm", "fetch_add", "compare_swap"])
+def test_lat_every_op(op: str, tmp_path: Path) -> None:
+    out_file = tmp_path / "lat.json"
+    out = bench("lat", "--op", op, "--size", "8", "--iterations", "50", "--rounds", "2", "--json", str(out_file))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out_file.read_text())
+    assert all(k in r for k in BASE) and r["op"] == op and r["size"] == 8 and r["rounds"] == 2
+    assert 0 < r["p50_us"] <= r["p99_us"] and len(r["p50_us_rounds"]) == 2
+    assert "backend soft" in out.stdout and "transport tcp" in out.stdout and "p99" in out.stdout
+
+
+def test_bw_rate_peer(tmp_path: Path) -> None:
+    f = tmp_path / "r.json"
+    out = bench("bw", "--op", "write", "--size", "64KiB", "--outstanding", "4", "--iterations", "100",
+                "--rounds", "1", "--json", str(f))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(f.read_text())
+    assert r["size"] == 65536 and r["MBps"] > 0 and r["outstanding"] == 4
+    out = bench("rate", "--op", "write", "--size", "8", "--outstanding", "16", "--iterations", "500",
+                "--rounds", "1", "--progress", "polling", "--json", str(f))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(f.read_text())
+    assert r["ops_per_s"] > 0 and r["python_us_per_task"] > 0 and r["progress"] == "polling"
+    out = bench("peer", "--iterations", "30", "--rounds", "1", "--json", str(f))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(f.read_text())
+    for key in ("call_64B_p50_us", "write_8B_p50_us", "write_4MiB_MBps", "raw_write_8B_p50_us",
+                "raw_write_4MiB_MBps"):
+        assert r[key] > 0
+
+
+def test_bad_options() -> None:
+    out = bench("lat", "--op", "fetch_add", "--size", "16")
+    assert out.returncode != 0 and "8 bytes" in out.stderr
+    out = bench("lat", "--size", "12XB")
+    assert out.returncode != 0 and "invalid size" in out.stderr

@@ -1,17 +1,105 @@
-"""``pydoca bench``: RDMA and pydoca.peer figures, as ratios against a TCP peer measured in the same run."""
+"""``pydoca bench``: the perftest of pydoca (lat, bw, rate, peer, compare, summary).
+
+    pydoca bench lat  --op write --size 8 [--transport tcp|shm] [--progress blocking|polling] --json FILE
+    pydoca bench bw   --op write --size 1MiB [--outstanding N] --json FILE
+    pydoca bench rate --op write --size 8 --outstanding 128 --json FILE
+    pydoca bench peer --json FILE
+    pydoca bench compare [--plot FILE.png]
+    pydoca bench summary [--iters N] [--rounds R] [--polling] [--json]   (also: plain ``pydoca bench``)
+"""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import json
+import sys
+from typing import Any, Callable, Dict
+
+
+def _size(text: str) -> int:
+    from ..peer.spec import SpecError, parse_size
+    try:
+        return parse_size(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _common(p: argparse.ArgumentParser, *, op: bool = True, size: str = "8") -> None:
+    from ..perftest import OPS
+    if op:
+        p.add_argument("--op", default="write", choices=OPS, help="task type (default write)")
+        p.add_argument("--size", type=_size, default=_size(size), help=f"bytes, KiB/MiB suffixes (default {size})")
+    p.add_argument("--transport", default="tcp", choices=("tcp", "shm", "auto"),
+                   help="softdoca transport of both processes (SOFTDOCA_TRANSPORT; default tcp)")
+    p.add_argument("--progress", default="blocking", choices=("blocking", "polling"),
+                   help="progress mode of the initiator (default blocking)")
+    p.add_argument("--rounds", type=int, default=5, help="rounds; medians are reported (default 5)")
+    p.add_argument("--json", metavar="FILE", help="also write the result as one JSON object to FILE ('-': stdout)")
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("bench", help="measure RDMA and peer-layer latency/throughput against TCP on loopback")
-    from ..bench import add_arguments
-    add_arguments(p)
+    p = subparsers.add_parser("bench", help="the perftest of pydoca: lat, bw, rate, peer, compare, summary")
+    from ..perftest.summary import add_arguments
+    add_arguments(p)                        # plain `pydoca bench [--iters ...]` is `summary`
+    sub = p.add_subparsers(dest="bench", metavar="KIND")
+    lat = sub.add_parser("lat", help="latency of one operation at a time (p50/p99, a full round trip)")
+    _common(lat)
+    lat.add_argument("--iterations", type=int, default=2000)
+    bw = sub.add_parser("bw", help="bandwidth with N operations outstanding (MB/s)")
+    _common(bw, size="1MiB")
+    bw.add_argument("--outstanding", type=int, default=4)
+    bw.add_argument("--iterations", type=int, default=0, help="operations per round (default: ~2 GB worth)")
+    rate = sub.add_parser("rate", help="message rate with N outstanding, CPU per task")
+    _common(rate)
+    rate.add_argument("--outstanding", type=int, default=128)
+    rate.add_argument("--iterations", type=int, default=20000)
+    peer = sub.add_parser("peer", help="pydoca.peer against raw RDMA in the same run")
+    _common(peer, op=False)
+    peer.add_argument("--iterations", type=int, default=1000)
+    cmp = sub.add_parser("compare", help="the matrix plus iperf3, ucx_perftest and Python sockets, as ratios")
+    cmp.add_argument("--rounds", type=int, default=3)
+    cmp.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    cmp.add_argument("--plot", metavar="FILE.png", help="also plot the ratios (needs matplotlib)")
+    cmp.add_argument("--json", metavar="FILE")
+    summary = sub.add_parser("summary", help="the one-screen comparison with a TCP peer")
+    add_arguments(summary)
     p.set_defaults(run=run)
 
 
+def _progress(total: int) -> Any:
+    """A rich progress bar on stderr (visible on a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    console = Console(stderr=True)
+    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), TimeElapsedColumn(),
+                    console=console, transient=True, disable=not console.is_terminal)
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..bench import run as bench_run
-    return bench_run(args)
+    kind = getattr(args, "bench", None)
+    if kind in (None, "summary"):
+        from ..perftest.summary import run as summary
+        return summary(args)
+    if kind == "compare":
+        from ..perftest.compare import run as compare
+        return compare(args)
+    from ..perftest import run as R
+    fn: Callable[..., Dict[str, Any]] = {"lat": R.lat, "bw": R.bw, "rate": R.rate, "peer": R.peer}[kind]
+    kw: Dict[str, Any] = {"rounds": args.rounds, "progress": args.progress, "transport": args.transport}
+    if kind != "peer":
+        kw.update(op=args.op, size=args.size)
+    if getattr(args, "iterations", None):
+        kw["iterations"] = args.iterations
+    if hasattr(args, "outstanding"):
+        kw["outstanding"] = args.outstanding
+    with _progress(args.rounds) as bar:
+        task = bar.add_task(f"bench {kind}", total=args.rounds)
+        result = fn(tick=lambda: bar.advance(task), **kw)
+    print("\n".join(R.describe(result)))
+    if args.json:
+        text = json.dumps(result, indent=2)
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            with open(args.json, "w") as fh:
+                fh.write(text + "\n")
+    return 0

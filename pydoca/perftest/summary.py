@@ -1,6 +1,6 @@
-"""``pydoca bench``: pydoca RDMA and pydoca.peer against a TCP peer, in one run.
+"""``pydoca bench summary``: pydoca RDMA and pydoca.peer against a TCP peer, in one run.
 
-    pydoca bench [--iters N] [--rounds R] [--polling] [--json]
+    pydoca bench summary [--iters N] [--rounds R] [--polling] [--json]
 
 Starts three server processes on loopback: a plain TCP echo server (the peer
 we compare against: what the same job costs with Python sockets over the same
@@ -238,8 +238,8 @@ def run(args: argparse.Namespace) -> int:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         try:
             tcp_port, raw_port, peer_port = free_port(), free_port(), free_port()
-            tcp = _spawn(["pydoca.bench", "--tcp-server", str(tcp_port)], env)
-            raw = _spawn(["pydoca.bench", "--raw-server", str(raw_port)] + polling, env)
+            tcp = _spawn(["pydoca.perftest.summary", "--tcp-server", str(tcp_port)], env)
+            raw = _spawn(["pydoca.perftest.summary", "--raw-server", str(raw_port)] + polling, env)
             serve = _spawn(["pydoca.cli", "serve", os.path.join(tmp, "spec.yaml"),
                             "--listen", f"127.0.0.1:{peer_port}"] + polling, env, cwd=tmp)
             procs += [tcp, raw, serve]

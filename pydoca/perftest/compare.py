@@ -1,0 +1,174 @@
+"""``pydoca bench compare``: pydoca's matrix against the peers on this machine, as same-run ratios.
+
+Peers, each used only when found: ``ucx_perftest`` (Debian's ucx-utils) over
+TCP (``UCX_TLS=tcp``) and shared memory (``UCX_TLS=posix,cma``), ``iperf3 -l
+1M``, numpy's single-core memcpy, and Python sockets. Rounds interleave every
+system so drift hits each alike; figures are medians with their spread.
+Ratios are read against the performance targets (issue "Performance").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import run as R
+from .summary import TcpBench, _spawn, free_port, timed
+
+
+def _ucx(test: str, size: int, iters: int, tls: str) -> Optional[Tuple[float, float]]:
+    """(p50 one-way latency us, message rate /s) of ``ucx_perftest -t test``; None when unavailable."""
+    exe = shutil.which("ucx_perftest")
+    if exe is None:
+        return None
+    port = free_port()
+    env = {**os.environ, "UCX_TLS": tls, "UCX_NET_DEVICES": "lo" if tls == "tcp" else "all"}
+    server = subprocess.Popen([exe, "-p", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        out = subprocess.run([exe, "127.0.0.1", "-p", str(port), "-t", test, "-s", str(size), "-n", str(iters)],
+                             env=env, capture_output=True, text=True, timeout=60)
+        final = [ln for ln in out.stdout.splitlines() if ln.startswith("Final:")]
+        if not final:
+            return None
+        cols = final[-1].split()
+        return float(cols[2]), float(cols[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+def _iperf3(seconds: float = 2.0) -> Optional[float]:
+    """iperf3 -l 1M over loopback, MB/s (10^6 bytes/s); None when unavailable."""
+    exe = shutil.which("iperf3")
+    if exe is None:
+        return None
+    port = free_port()
+    server = subprocess.Popen([exe, "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        out = subprocess.run([exe, "-c", "127.0.0.1", "-p", str(port), "-l", "1M", "-t", str(seconds), "-J"],
+                             capture_output=True, text=True, timeout=30 + seconds)
+        return float(json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"]) / 8e6
+    except (subprocess.TimeoutExpired, ValueError, KeyError):
+        return None
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+def _memcpy_MBps(size: int = 1 << 20, n: int = 2000) -> float:
+    import numpy as np
+    src, dst = np.ones(size, dtype=np.uint8), np.empty(size, dtype=np.uint8)
+    np.copyto(dst, src)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        np.copyto(dst, src)
+    return size * n / (time.perf_counter() - t0) / 1e6
+
+
+def _python_tcp(iters: int) -> Tuple[float, float]:
+    """Python sockets over loopback: (8 B ping-pong us, 1 MiB send+ack MB/s)."""
+    port = free_port()
+    proc = _spawn(["pydoca.perftest.summary", "--tcp-server", str(port)], dict(os.environ))
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        tcp = TcpBench(port)
+        try:
+            lat = timed(tcp.ping, iters, iters // 10) * 1e6
+            bw = (1 << 20) / timed(lambda: tcp.bulk(1 << 20), max(20, iters // 20), 3) / 1e6
+        finally:
+            tcp.close()
+        return lat, bw
+    finally:
+        proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def one_round(quick: bool) -> Dict[str, Optional[float]]:
+    n = 300 if quick else 3000
+    f: Dict[str, Optional[float]] = {}
+    f["pydoca_lat_write_8B_blocking_us"] = R.lat("write", 8, iterations=n, rounds=1)["p50_us"]
+    f["pydoca_lat_write_8B_polling_us"] = R.lat("write", 8, iterations=n, rounds=1, progress="polling")["p50_us"]
+    f["pydoca_rate_write_8B_ops"] = R.rate("write", 8, iterations=10 * n, rounds=1)["ops_per_s"]
+    f["pydoca_bw_write_1MiB_MBps"] = R.bw("write", 1 << 20, iterations=n // 3, rounds=1)["MBps"]
+    ucx_lat = _ucx("ucp_put_lat", 8, 10 * n, "tcp")
+    ucx_bw = _ucx("ucp_put_bw", 8, 100 * n, "tcp")
+    ucx_shm = _ucx("ucp_put_lat", 8, 10 * n, "posix,cma")
+    f["ucx_tcp_put_lat_rtt_us"] = None if ucx_lat is None else 2 * ucx_lat[0]
+    f["ucx_tcp_put_bw_8B_ops"] = None if ucx_bw is None else ucx_bw[1]
+    f["ucx_shm_put_lat_rtt_us"] = None if ucx_shm is None else 2 * ucx_shm[0]
+    f["iperf3_1M_MBps"] = _iperf3(1.0 if quick else 2.0)
+    f["numpy_memcpy_1MiB_MBps"] = _memcpy_MBps(n=200 if quick else 2000)
+    f["python_tcp_pingpong_8B_us"], f["python_tcp_1MiB_MBps"] = _python_tcp(n)
+    return f
+
+
+RATIOS: List[Tuple[str, str, str, str, Callable[[float], bool]]] = [
+    ("8 B write latency (TCP) / UCX put_lat RTT", "pydoca_lat_write_8B_polling_us", "ucx_tcp_put_lat_rtt_us",
+     "<= 2x", lambda r: r <= 2),
+    ("8 B write rate 128 outstanding / UCX put_bw", "pydoca_rate_write_8B_ops", "ucx_tcp_put_bw_8B_ops",
+     ">= 1.0", lambda r: r >= 1),
+    ("1 MiB write bandwidth / iperf3 -l 1M", "pydoca_bw_write_1MiB_MBps", "iperf3_1M_MBps", ">= 0.8",
+     lambda r: r >= 0.8),
+    ("8 B write latency (blocking) / Python TCP ping-pong", "pydoca_lat_write_8B_blocking_us",
+     "python_tcp_pingpong_8B_us", "(info)", lambda r: True),
+    ("1 MiB write bandwidth / numpy memcpy", "pydoca_bw_write_1MiB_MBps", "numpy_memcpy_1MiB_MBps",
+     "(same-host: >= 0.8)", lambda r: True),
+]
+
+
+def run(args: argparse.Namespace) -> int:
+    rounds = [one_round(args.quick) for _ in range(args.rounds)]
+    med: Dict[str, Optional[float]] = {}
+    for key in rounds[0]:
+        vals = [r[key] for r in rounds if r[key] is not None]
+        med[key] = statistics.median(vals) if vals else None   # type: ignore[type-var]
+    print(f"pydoca bench compare: backend {R.backend_name()}, {args.rounds} interleaved rounds (medians)")
+    for key, value in med.items():
+        vals = [r[key] for r in rounds if r[key] is not None]
+        shown = "not available" if value is None else f"{value:,.1f} (rounds {min(vals):,.1f}-{max(vals):,.1f})"  # type: ignore[type-var]
+        print(f"  {key:34s} {shown}")
+    table = []
+    for label, a, b, target, ok in RATIOS:
+        if med[a] is None or med[b] is None or not med[b]:
+            print(f"  {label:52s} n/a (peer missing)")
+            continue
+        ratio = float(med[a]) / float(med[b])  # type: ignore[arg-type]
+        table.append({"measure": label, "ratio": ratio, "target": target, "met": ok(ratio)})
+        print(f"  {label:52s} {ratio:7.2f}  target {target}{'' if ok(ratio) else '  (not met)'}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"backend": R.backend_name(), "rounds": rounds, "medians": med, "ratios": table}, fh, indent=2)
+    if args.plot:
+        _plot(table, args.plot)
+    return 0
+
+
+def _plot(table: List[Dict[str, Any]], path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib: pip install 'pydoca[plot]'") from None
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(table) + 1.5))
+    ax.barh([t["measure"] for t in table], [t["ratio"] for t in table],
+            color=["tab:green" if t["met"] else "tab:red" for t in table])
+    ax.set_xlabel("ratio (same run)")
+    ax.axvline(1.0, color="gray", lw=0.8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+__all__ = ["one_round", "run"]

@@ -1,0 +1,179 @@
+"""The measurements of ``pydoca bench lat|bw|rate|peer``: rounds, medians, spread.
+
+Each function returns the JSON object the CLI writes: ``backend``,
+``transport``, ``op``, ``size``, ``iterations``, ``rounds`` and its figures
+(medians over rounds), plus ``*_rounds`` lists so the spread is visible.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from .session import BenchError, Session, backend_name
+
+Tick = Optional[Callable[[], None]]
+
+
+def _q(values: List[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _base(kind: str, op: str, size: int, iterations: int, rounds: int, transport: str) -> Dict[str, Any]:
+    return {"bench": kind, "backend": backend_name(), "transport": transport, "op": op, "size": size,
+            "iterations": iterations, "rounds": rounds}
+
+
+def lat(op: str, size: int, *, iterations: int = 2000, rounds: int = 5, progress: str = "blocking",
+        transport: str = "tcp", tick: Tick = None) -> Dict[str, Any]:
+    """Completion time of one operation at a time (a full round trip)."""
+    p50s, p99s = [], []
+    with Session(op, size, progress=progress, transport=transport) as s:
+        s.latency(max(10, iterations // 10))                            # warm-up
+        for _ in range(rounds):
+            got = s.latency(iterations)
+            p50s.append(_q(got, 0.5) * 1e6)
+            p99s.append(_q(got, 0.99) * 1e6)
+            if tick:
+                tick()
+    out = _base("lat", op, size, iterations, rounds, transport)
+    out.update(progress=progress, p50_us=statistics.median(p50s), p99_us=statistics.median(p99s),
+               p50_us_rounds=p50s, p99_us_rounds=p99s)
+    return out
+
+
+def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, rounds: int, progress: str,
+              transport: str, tick: Tick) -> Dict[str, Any]:
+    rates, cpu = [], []
+    with Session(op, size, slots=outstanding, progress=progress, transport=transport) as s:
+        s.windowed(max(outstanding, iterations // 10))                  # warm-up
+        for _ in range(rounds):
+            elapsed, thread_cpu = s.windowed(iterations)
+            rates.append(iterations / elapsed)
+            cpu.append(thread_cpu / iterations * 1e6)
+            if tick:
+                tick()
+    out = _base(kind, op, size, iterations, rounds, transport)
+    out.update(progress=progress, outstanding=outstanding, ops_per_s=statistics.median(rates),
+               MBps=statistics.median(rates) * size / 1e6, python_us_per_task=statistics.median(cpu),
+               ops_per_s_rounds=rates, python_us_per_task_rounds=cpu)
+    return out
+
+
+def bw(op: str, size: int, *, outstanding: int = 4, iterations: int = 0, rounds: int = 5,
+       progress: str = "blocking", transport: str = "tcp", tick: Tick = None) -> Dict[str, Any]:
+    """Throughput with ``outstanding`` operations in flight (MBps = 10^6 bytes/s)."""
+    iterations = iterations or max(50, min(5000, (2 << 30) // size))
+    return _windowed("bw", op, size, outstanding, iterations, rounds, progress, transport, tick)
+
+
+def rate(op: str, size: int, *, outstanding: int = 128, iterations: int = 20000, rounds: int = 5,
+         progress: str = "blocking", transport: str = "tcp", tick: Tick = None) -> Dict[str, Any]:
+    """Message rate with ``outstanding`` operations in flight, and CPU time of the submitting thread per task."""
+    return _windowed("rate", op, size, outstanding, iterations, rounds, progress, transport, tick)
+
+
+PEER_SPEC = """\
+version: 1
+name: bench
+endpoints:
+  - {path: /call, type: call, buffer: {size: 4KiB}, handler: "bench_handlers:echo"}
+  - {path: /small, type: write, buffer: {size: 4KiB}, handler: "bench_handlers:sink"}
+  - {path: /bulk, type: write, buffer: {size: 4MiB}, handler: "bench_handlers:sink"}
+"""
+PEER_HANDLERS = "def echo(payload):\n    return payload\n\n\ndef sink(view, length):\n    pass\n"
+
+
+def _timed(fn: Callable[[], Any], n: int) -> List[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking", transport: str = "tcp",
+         tick: Tick = None) -> Dict[str, Any]:
+    """The requester/responder layer against raw RDMA writes, interleaved in one run."""
+    from ..peer import Requester
+    from ..peer.spec import split_address  # noqa: F401 - import check: the peer layer is importable
+    bulk_n = max(5, iterations // 100)
+    fig: Dict[str, List[float]] = {k: [] for k in ("call_64B_p50_us", "write_8B_p50_us", "write_4MiB_MBps",
+                                                   "raw_write_8B_p50_us", "raw_write_4MiB_MBps")}
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "spec.yaml"), "w") as fh:
+            fh.write(PEER_SPEC)
+        with open(os.path.join(tmp, "bench_handlers.py"), "w") as fh:
+            fh.write(PEER_HANDLERS)
+        from .summary import free_port
+        port = free_port()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "SOFTDOCA_TRANSPORT": transport}
+        serve = subprocess.Popen([sys.executable, "-m", "pydoca.cli", "serve", "spec.yaml", "--listen",
+                                  f"127.0.0.1:{port}"] + (["--polling"] if progress == "polling" else []),
+                                 cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert serve.stdout is not None
+            if "serving" not in serve.stdout.readline():
+                raise BenchError("pydoca serve did not start")
+            small, payload, bulk = os.urandom(8), os.urandom(64), os.urandom(4 << 20)
+            with Requester.connect(f"127.0.0.1:{port}", progress_mode=progress) as req, \
+                    Session("write", 8, progress=progress, transport=transport) as raw8, \
+                    Session("write", 4 << 20, progress=progress, transport=transport) as raw4:
+                for _ in range(rounds):
+                    fig["call_64B_p50_us"].append(_q(_timed(lambda: req.call("/call", payload), iterations), .5) * 1e6)
+                    fig["write_8B_p50_us"].append(_q(_timed(lambda: req.write("/small", small), iterations), .5) * 1e6)
+                    fig["raw_write_8B_p50_us"].append(_q(raw8.latency(iterations), 0.5) * 1e6)
+                    t = _q(_timed(lambda: req.write("/bulk", bulk), bulk_n), 0.5)
+                    fig["write_4MiB_MBps"].append((4 << 20) / t / 1e6)
+                    fig["raw_write_4MiB_MBps"].append((4 << 20) / _q(raw4.latency(bulk_n), 0.5) / 1e6)
+                    if tick:
+                        tick()
+        finally:
+            serve.terminate()
+            try:
+                serve.wait(10)
+            except subprocess.TimeoutExpired:
+                serve.kill()
+                serve.wait(10)
+            if serve.stdout is not None:
+                serve.stdout.close()
+    out = _base("peer", "mixed", 0, iterations, rounds, transport)
+    out.update({k: statistics.median(v) for k, v in fig.items()})
+    out.update({f"{k}_rounds": v for k, v in fig.items()})
+    return out
+
+
+def describe(r: Dict[str, Any]) -> List[str]:
+    """Human lines for one result: backend and transport named, medians over rounds with p99 and spread."""
+    head = (f"pydoca bench {r['bench']}: {r['op']} {r['size']} B, backend {r['backend']}, "
+            f"transport {r['transport']}, {r.get('progress', 'blocking')} progress, {r['rounds']} rounds x "
+            f"{r['iterations']} operations" + (f", {r['outstanding']} outstanding" if 'outstanding' in r else ""))
+    if r["bench"] == "peer":
+        head = (f"pydoca bench peer: backend {r['backend']}, transport {r['transport']}, {r['rounds']} rounds "
+                f"(medians; spread min-max over rounds)")
+
+    def spread(key: str, unit: str, fmt: str = "{:.1f}") -> str:
+        v = r[f"{key}_rounds"]
+        return f"{fmt.format(r[key])} {unit} (rounds {fmt.format(min(v))}-{fmt.format(max(v))})"
+    if r["bench"] == "lat":
+        return [head, f"  latency p50 {spread('p50_us', 'us')}, p99 {spread('p99_us', 'us')}"]
+    if r["bench"] in ("bw", "rate"):
+        return [head, f"  {r['MBps']:.1f} MB/s, {spread('ops_per_s', 'ops/s', '{:,.0f}')}, "
+                      f"submitting thread {spread('python_us_per_task', 'us CPU/task', '{:.2f}')}"]
+    lines = [head]
+    for key, unit in (("call_64B_p50_us", "us"), ("write_8B_p50_us", "us"), ("raw_write_8B_p50_us", "us"),
+                      ("write_4MiB_MBps", "MB/s"), ("raw_write_4MiB_MBps", "MB/s")):
+        lines.append(f"  {key:22s} {spread(key, unit)}")
+    lines.append(f"  ratios: 8 B write {r['write_8B_p50_us'] / r['raw_write_8B_p50_us']:.2f}x raw, 64 B call "
+                 f"{r['call_64B_p50_us'] / r['raw_write_8B_p50_us']:.2f}x raw 8 B write, 4 MiB write "
+                 f"{r['write_4MiB_MBps'] / r['raw_write_4MiB_MBps']:.2f} of raw bandwidth")
+    return lines
+
+
+__all__ = ["bw", "describe", "lat", "peer", "rate"]

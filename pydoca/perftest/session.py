@@ -1,0 +1,197 @@
+"""The initiator side of ``pydoca bench``: a target process, one connection,
+and ``slots`` pre-built buffer pairs so each operation is one task submit."""
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+import pydoca
+from pydoca import Access
+
+from . import ATOMIC, OPS
+
+LOCAL = Access.LOCAL_READ_WRITE
+
+
+class BenchError(RuntimeError):
+    """A benchmark could not run (bad options, target failure, failed operation)."""
+
+
+def backend_name() -> str:
+    from pydoca._native import backend
+    return str(backend.name)
+
+
+def transport_env(transport: str) -> Dict[str, str]:
+    """Environment for both processes: softdoca's transport choice (``SOFTDOCA_TRANSPORT``)."""
+    if transport not in ("tcp", "shm", "auto"):
+        raise BenchError(f"unknown transport {transport!r}: tcp, shm or auto")
+    if transport != "tcp" and backend_name() == "soft" and not _soft_has_transports():
+        raise BenchError(f"this softdoca build has only the tcp transport; --transport {transport} needs the "
+                         "same-host transport (not built yet)")
+    return {**os.environ, "SOFTDOCA_TRANSPORT": transport}
+
+
+def _soft_has_transports() -> bool:
+    """True when the loaded softdoca honours SOFTDOCA_TRANSPORT (exports softdoca_transport_name)."""
+    import ctypes
+    from pydoca._native import backend
+    try:
+        ctypes.CDLL(backend.paths[0]).softdoca_transport_name
+    except (AttributeError, OSError, IndexError):
+        return False
+    return True
+
+
+class Target:
+    """``python -m pydoca.perftest.target`` speaking JSON lines."""
+
+    def __init__(self, env: Dict[str, str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "pydoca.perftest.target"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+
+    def ask(self, cmd: Dict[str, Any], timeout: float = 30.0) -> Dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise BenchError(f"the bench target exited: {err.strip()[-2000:]}")
+        reply: Dict[str, Any] = json.loads(line)
+        return reply
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.close()
+                self.proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(10)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+class Session:
+    """One connection to a fresh target, ready to submit ``op`` of ``size`` bytes on ``slots`` buffers."""
+
+    def __init__(self, op: str, size: int, *, slots: int = 1, progress: str = "blocking",
+                 transport: str = "tcp") -> None:
+        if op not in OPS:
+            raise BenchError(f"unknown op {op!r}: one of {', '.join(OPS)}")
+        if op in ATOMIC and size != 8:
+            raise BenchError(f"{op} works on 8 bytes, not {size}")
+        if size < 1 or slots < 1:
+            raise BenchError("size and outstanding must be >= 1")
+        self.op, self.size, self.slots = op, size, slots
+        self.stack = ExitStack()
+        self.target = Target(transport_env(transport))
+        self.stack.callback(self.target.close)
+        try:
+            self._open(progress)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, progress: str) -> None:
+        s, size, slots = self.stack, self.size, self.slots
+        got = self.target.ask({"op": "setup", "size": size, "slots": slots, "kind": self.op,
+                               "progress": progress})
+        dev = s.enter_context(pydoca.Device.open(ip="127.0.0.1"))
+        self.pe = s.enter_context(pydoca.ProgressEngine(mode=progress))
+        self.rdma = s.enter_context(pydoca.Rdma(dev, self.pe, max_tasks=slots + 16,
+                                                send_queue_size=max(64, 2 * slots)))
+        blob, self.conn = self.rdma.export()
+        self.rdma.connect(base64.b64decode(got["conn"]), self.conn)
+        ok = self.target.ask({"op": "connect", "conn": base64.b64encode(blob).decode()})
+        if not ok.get("ok"):
+            raise BenchError(f"the target could not connect: {ok}")
+        self.conn.wait_established(10)
+        self.mem = bytearray(os.urandom(size * slots))
+        local = s.enter_context(pydoca.MemoryMap(dev, self.mem, access=LOCAL))
+        remote = s.enter_context(pydoca.MemoryMap.from_export(dev, base64.b64decode(got["mmap"])))
+        inv = s.enter_context(pydoca.BufferInventory(2 * slots + 8))
+        self.local = [s.enter_context(inv.buffer(local, offset=i * size, length=size,
+                                                 empty=self.op in ("read",) + ATOMIC)) for i in range(slots)]
+        self.remote = [s.enter_context(inv.buffer(remote, offset=i * size, length=size,
+                                                  empty=self.op in ("write", "write_imm"))) for i in range(slots)]
+        self.submit = self._submitter()
+
+    def _submitter(self) -> Callable[[int], Any]:
+        r, c, loc, rem, op = self.rdma, self.conn, self.local, self.remote, self.op
+        table: Dict[str, Callable[[int], Any]] = {
+            "write": lambda i: r.write(c, loc[i], rem[i]),
+            "write_imm": lambda i: r.write_imm(c, loc[i], rem[i], i),
+            "read": lambda i: r.read(c, rem[i], loc[i]),
+            "send": lambda i: r.send(c, loc[i]),
+            "send_imm": lambda i: r.send_imm(c, loc[i], i),
+            "fetch_add": lambda i: r.fetch_add(c, rem[i], loc[i], add=1),
+            "compare_swap": lambda i: r.compare_swap(c, rem[i], loc[i], compare=0, swap=0),
+        }
+        fn = table[op]
+        if op in ("read",) + ATOMIC:                 # a destination buffer is emptied before reuse
+            def with_reset(i: int) -> Any:
+                loc[i].reset()
+                return fn(i)
+            return with_reset
+        return fn
+
+    def latency(self, iterations: int) -> List[float]:
+        """Seconds of each operation, one at a time."""
+        out: List[float] = []
+        clock, submit = time.perf_counter, self.submit
+        for _ in range(iterations):
+            t0 = clock()
+            task = submit(0).wait(10)
+            out.append(clock() - t0)
+            if task.error is not None:
+                raise BenchError(f"{self.op} failed: {task.error}")
+        return out
+
+    def windowed(self, iterations: int) -> Tuple[float, float]:
+        """(elapsed seconds, submitting thread's CPU seconds) for ``iterations`` with ``slots`` in flight."""
+        inflight: Deque[Tuple[int, Any]] = collections.deque()
+        free = list(range(self.slots))
+        submit, done, submitted = self.submit, 0, 0
+        t0, c0 = time.perf_counter(), time.thread_time()
+        while done < iterations:
+            while free and submitted < iterations:
+                i = free.pop()
+                inflight.append((i, submit(i)))
+                submitted += 1
+            i, task = inflight.popleft()
+            if not task.done:
+                task.wait(10)
+            if task.error is not None:
+                raise BenchError(f"{self.op} failed: {task.error}")
+            free.append(i)
+            done += 1
+        return time.perf_counter() - t0, time.thread_time() - c0
+
+    def close(self) -> None:
+        try:
+            conn: Optional[Any] = getattr(self, "conn", None)
+            if conn is not None:
+                conn.disconnect()
+        finally:
+            self.stack.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["BenchError", "Session", "Target", "backend_name", "transport_env"]

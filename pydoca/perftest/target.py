@@ -1,0 +1,84 @@
+"""The target process of ``pydoca bench``: exports memory, connects out of band,
+keeps receives posted for two-sided operations, and otherwise only lets the
+engine thread serve one-sided operations.
+
+Speaks JSON lines on stdin/stdout with the initiator:
+``{"op": "setup", ...}`` -> ``{"conn": b64, "mmap": b64}``;
+``{"op": "connect", "conn": b64}`` -> ``{"ok": true}``; then it serves until
+stdin closes or ``{"op": "exit"}`` arrives.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import select
+import sys
+from contextlib import ExitStack
+from typing import Any, Dict, List
+
+import pydoca
+from pydoca import Access
+
+from . import TWO_SIDED
+
+ALL = Access.LOCAL_READ_WRITE | Access.RDMA_WRITE | Access.RDMA_READ | Access.RDMA_ATOMIC
+
+
+def _reply(obj: Dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _command() -> Dict[str, Any]:
+    line = sys.stdin.readline()
+    if not line:
+        raise SystemExit(0)
+    cmd: Dict[str, Any] = json.loads(line)
+    return cmd
+
+
+def serve(setup: Dict[str, Any]) -> None:
+    size, slots, op = int(setup["size"]), int(setup["slots"]), str(setup["kind"])
+    with ExitStack() as s:
+        dev = s.enter_context(pydoca.Device.open(ip="127.0.0.1"))
+        pe = s.enter_context(pydoca.ProgressEngine(mode=setup.get("progress", "blocking")))
+        rdma = s.enter_context(pydoca.Rdma(dev, pe, permissions=ALL, max_tasks=slots + 16,
+                                           recv_queue_size=max(64, 2 * slots)))
+        mem = bytearray(max(size, 8) * slots)
+        mm = s.enter_context(pydoca.MemoryMap(dev, mem, access=ALL))
+        inv = s.enter_context(pydoca.BufferInventory(slots + 8))
+        blob, conn = rdma.export()
+        _reply({"conn": base64.b64encode(blob).decode(), "mmap": base64.b64encode(mm.export_rdma()).decode()})
+        cmd = _command()
+        rdma.connect(base64.b64decode(cmd["conn"]), conn)
+        conn.wait_established(10)
+        recvs: List[Any] = []
+        if op in TWO_SIDED:
+            bufs = [s.enter_context(inv.buffer(mm, offset=i * size, length=size, empty=True)) for i in range(slots)]
+
+            def post(i: int) -> None:
+                bufs[i].reset()
+                t = rdma.receive(bufs[i])
+                t.add_done_callback(lambda task: post(i) if task.error is None else None)
+                recvs.append(t)
+            for i in range(slots):
+                post(i)
+        _reply({"ok": True})
+        while True:
+            ready, _, _ = select.select([sys.stdin], [], [], 0)
+            if ready:
+                line = sys.stdin.readline()
+                if not line or json.loads(line).get("op") == "exit":
+                    break
+            pe.wait(0.05)
+            del recvs[:-slots]
+        conn.disconnect()
+
+
+def main() -> int:
+    serve(_command())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
