@@ -52,6 +52,7 @@ def register(subparsers: Any) -> None:
     _common(rate)
     rate.add_argument("--outstanding", type=int, default=128)
     rate.add_argument("--iterations", type=int, default=20000)
+    rate.add_argument("--batch", action="store_true", help="submit OUTSTANDING tasks at a time as one TaskBatch")
     peer = sub.add_parser("peer", help="pydoca.peer against raw RDMA in the same run")
     _common(peer, op=False)
     peer.add_argument("--iterations", type=int, default=1000)
@@ -91,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         kw["iterations"] = args.iterations
     if hasattr(args, "outstanding"):
         kw["outstanding"] = args.outstanding
+    if getattr(args, "batch", False):
+        kw["batch"] = True
     with _progress(args.rounds) as bar:
         task = bar.add_task(f"bench {kind}", total=args.rounds)
         result = fn(tick=lambda: bar.advance(task), **kw)

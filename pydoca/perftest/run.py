@@ -48,18 +48,20 @@ def lat(op: str, size: int, *, iterations: int = 2000, rounds: int = 5, progress
 
 
 def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, rounds: int, progress: str,
-              transport: str, tick: Tick) -> Dict[str, Any]:
+              transport: str, tick: Tick, batch: bool = False) -> Dict[str, Any]:
     rates, cpu = [], []
     with Session(op, size, slots=outstanding, progress=progress, transport=transport) as s:
-        s.windowed(max(outstanding, iterations // 10))                  # warm-up
+        measure = s.batched if batch else s.windowed
+        iterations = max(outstanding, iterations // outstanding * outstanding) if batch else iterations
+        measure(max(outstanding, iterations // 10))                     # warm-up
         for _ in range(rounds):
-            elapsed, thread_cpu = s.windowed(iterations)
+            elapsed, thread_cpu = measure(iterations)
             rates.append(iterations / elapsed)
             cpu.append(thread_cpu / iterations * 1e6)
             if tick:
                 tick()
     out = _base(kind, op, size, iterations, rounds, transport)
-    out.update(progress=progress, outstanding=outstanding, ops_per_s=statistics.median(rates),
+    out.update(progress=progress, outstanding=outstanding, batched=batch, ops_per_s=statistics.median(rates),
                MBps=statistics.median(rates) * size / 1e6, python_us_per_task=statistics.median(cpu),
                ops_per_s_rounds=rates, python_us_per_task_rounds=cpu)
     return out
@@ -73,9 +75,10 @@ def bw(op: str, size: int, *, outstanding: int = 4, iterations: int = 0, rounds:
 
 
 def rate(op: str, size: int, *, outstanding: int = 128, iterations: int = 20000, rounds: int = 5,
-         progress: str = "blocking", transport: str = "tcp", tick: Tick = None) -> Dict[str, Any]:
-    """Message rate with ``outstanding`` operations in flight, and CPU time of the submitting thread per task."""
-    return _windowed("rate", op, size, outstanding, iterations, rounds, progress, transport, tick)
+         progress: str = "blocking", transport: str = "tcp", batch: bool = False, tick: Tick = None) -> Dict[str, Any]:
+    """Message rate with ``outstanding`` operations in flight, and CPU time of the submitting thread per task;
+    ``batch``: ``outstanding`` tasks submitted and completed as one TaskBatch at a time."""
+    return _windowed("rate", op, size, outstanding, iterations, rounds, progress, transport, tick, batch)
 
 
 PEER_SPEC = """\
@@ -153,7 +156,8 @@ def describe(r: Dict[str, Any]) -> List[str]:
     """Human lines for one result: backend and transport named, medians over rounds with p99 and spread."""
     head = (f"pydoca bench {r['bench']}: {r['op']} {r['size']} B, backend {r['backend']}, "
             f"transport {r['transport']}, {r.get('progress', 'blocking')} progress, {r['rounds']} rounds x "
-            f"{r['iterations']} operations" + (f", {r['outstanding']} outstanding" if 'outstanding' in r else ""))
+            f"{r['iterations']} operations" + (f", {r['outstanding']} outstanding" if 'outstanding' in r else "")
+            + (" (task batches)" if r.get("batched") else ""))
     if r["bench"] == "peer":
         head = (f"pydoca bench peer: backend {r['backend']}, transport {r['transport']}, {r['rounds']} rounds "
                 f"(medians; spread min-max over rounds)")

@@ -179,6 +179,23 @@ class Session:
             done += 1
         return time.perf_counter() - t0, time.thread_time() - c0
 
+    def batched(self, iterations: int) -> Tuple[float, float]:
+        """Like :meth:`windowed`, but ``slots`` tasks at a time as one reusable TaskBatch."""
+        from pydoca.rdma.batch import TaskBatch
+        if self.op not in ("write", "read", "send", "write_imm", "send_imm"):
+            raise BenchError(f"--batch supports write, read, send, write_imm, send_imm, not {self.op}")
+        a, b = (self.remote, self.local) if self.op == "read" else (self.local, self.remote)
+        imm = list(range(self.slots)) if self.op.endswith("_imm") else None
+        batch = TaskBatch(self.rdma, self.conn, self.op, a, None if self.op.startswith("send") else b, imm)
+        rounds = max(1, iterations // self.slots)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        for _ in range(rounds):
+            if self.op == "read":
+                for buf in self.local:
+                    buf.reset()
+            batch.submit().result(10)
+        return time.perf_counter() - t0, time.thread_time() - c0
+
     def close(self) -> None:
         try:
             conn: Optional[Any] = getattr(self, "conn", None)

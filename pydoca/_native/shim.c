@@ -1,0 +1,184 @@
+/*
+ * pydoca's C shims, compiled into the cffi module pydoca._native._doca_cffi.
+ *
+ * DOCA passes union doca_data by value, which libffi cannot express: these
+ * shims receive DOCA's callbacks and forward plain integers to the three
+ * extern "Python" handlers of pydoca/_native/callbacks.py.
+ *
+ * Task batches: a task whose user data carries PYDOCA_BATCH_TAG belongs to a
+ * pydoca_batch; its completion is recorded here (status, counters), the task
+ * freed, and Python is not called at all. pydoca_rdma_batch_submit allocates
+ * and submits a run of tasks in one call, ringing the doorbell once (submit_ex
+ * without FLUSH for all but the last, where the runtime has submit_ex).
+ */
+#include "doca_all.h"
+#include "shim_types.h"
+
+#define PYDOCA_BATCH_TAG (1ULL << 63)
+
+static void _pydoca_task_done(struct doca_task *task, uint64_t task_ud, int success);
+static void _pydoca_ctx_state(uint64_t ctx_ud, struct doca_ctx *ctx, int prev, int next);
+static void _pydoca_conn_event(int kind, struct doca_rdma_connection *conn, uint64_t conn_ud, uint64_t ctx_ud);
+
+#pragma weak doca_task_submit_ex
+
+static void pydoca_state_shim(const union doca_data ud, struct doca_ctx *ctx,
+			      enum doca_ctx_states prev, enum doca_ctx_states next)
+{
+	_pydoca_ctx_state(ud.u64, ctx, (int)prev, (int)next);
+}
+
+doca_error_t pydoca_ctx_set_state_cb(struct doca_ctx *ctx)
+{
+	return doca_ctx_set_state_changed_cb(ctx, pydoca_state_shim);
+}
+
+uint64_t pydoca_task_get_user_data(const struct doca_task *task)
+{
+	return doca_task_get_user_data(task).u64;
+}
+
+static void pydoca_conn_request(struct doca_rdma_connection *c, union doca_data cu)
+{ _pydoca_conn_event(0, c, 0, cu.u64); }
+static void pydoca_conn_established(struct doca_rdma_connection *c, union doca_data u, union doca_data cu)
+{ _pydoca_conn_event(1, c, u.u64, cu.u64); }
+static void pydoca_conn_failure(struct doca_rdma_connection *c, union doca_data u, union doca_data cu)
+{ _pydoca_conn_event(2, c, u.u64, cu.u64); }
+static void pydoca_conn_disconnect(struct doca_rdma_connection *c, union doca_data u, union doca_data cu)
+{ _pydoca_conn_event(3, c, u.u64, cu.u64); }
+
+doca_error_t pydoca_rdma_set_conn_cbs(struct doca_rdma *rdma)
+{
+	return doca_rdma_set_connection_state_callbacks(rdma, pydoca_conn_request, pydoca_conn_established,
+							pydoca_conn_failure, pydoca_conn_disconnect);
+}
+
+/* A batch task completed: record it in its batch and free it; 0 when the task is not a batch task. */
+static int pydoca_batch_done(struct doca_task *task, uint64_t ud, int success)
+{
+	struct pydoca_batch_slot *slot;
+	struct pydoca_batch *b;
+
+	if (!(ud & PYDOCA_BATCH_TAG))
+		return 0;
+	slot = (struct pydoca_batch_slot *)(uintptr_t)(ud & ~PYDOCA_BATCH_TAG);
+	b = slot->batch;
+	b->status[slot->index] = success ? 0 : (int32_t)doca_task_get_status(task);
+	b->failed += success ? 0 : 1;
+	b->done++;
+	doca_task_free(task);
+	return 1;
+}
+
+#define PYDOCA_TASK_SHIM(T)                                                                             \
+static void pydoca_##T##_ok(struct doca_rdma_task_##T *t, union doca_data u, union doca_data cu)        \
+{                                                                                                       \
+	struct doca_task *task = doca_rdma_task_##T##_as_task(t);                                         \
+	(void)cu;                                                                                       \
+	if (!pydoca_batch_done(task, u.u64, 1))                                                         \
+		_pydoca_task_done(task, u.u64, 1);                                                      \
+}                                                                                                       \
+static void pydoca_##T##_err(struct doca_rdma_task_##T *t, union doca_data u, union doca_data cu)       \
+{                                                                                                       \
+	struct doca_task *task = doca_rdma_task_##T##_as_task(t);                                         \
+	(void)cu;                                                                                       \
+	if (!pydoca_batch_done(task, u.u64, 0))                                                         \
+		_pydoca_task_done(task, u.u64, 0);                                                      \
+}                                                                                                       \
+doca_error_t pydoca_rdma_task_##T##_set_conf(struct doca_rdma *rdma, uint32_t num_tasks)                 \
+{ return doca_rdma_task_##T##_set_conf(rdma, pydoca_##T##_ok, pydoca_##T##_err, num_tasks); }
+
+PYDOCA_TASK_SHIM(receive)
+PYDOCA_TASK_SHIM(send)
+PYDOCA_TASK_SHIM(send_imm)
+PYDOCA_TASK_SHIM(read)
+PYDOCA_TASK_SHIM(write)
+PYDOCA_TASK_SHIM(write_imm)
+PYDOCA_TASK_SHIM(atomic_cmp_swp)
+PYDOCA_TASK_SHIM(atomic_fetch_add)
+
+enum { PYDOCA_B_WRITE = 0, PYDOCA_B_READ = 1, PYDOCA_B_SEND = 2, PYDOCA_B_WRITE_IMM = 3, PYDOCA_B_SEND_IMM = 4 };
+
+static doca_error_t pydoca_batch_alloc(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
+				       struct doca_buf *a, struct doca_buf *b, uint32_t imm, union doca_data ud,
+				       struct doca_task **out)
+{
+	doca_error_t rc = DOCA_ERROR_INVALID_VALUE;
+	switch (kind) {
+	case PYDOCA_B_WRITE: {
+		struct doca_rdma_task_write *t;
+		rc = doca_rdma_task_write_allocate_init(rdma, conn, a, b, ud, &t);
+		if (rc == DOCA_SUCCESS)
+			*out = doca_rdma_task_write_as_task(t);
+		break;
+	}
+	case PYDOCA_B_READ: {
+		struct doca_rdma_task_read *t;
+		rc = doca_rdma_task_read_allocate_init(rdma, conn, a, b, ud, &t);
+		if (rc == DOCA_SUCCESS)
+			*out = doca_rdma_task_read_as_task(t);
+		break;
+	}
+	case PYDOCA_B_SEND: {
+		struct doca_rdma_task_send *t;
+		rc = doca_rdma_task_send_allocate_init(rdma, conn, a, ud, &t);
+		if (rc == DOCA_SUCCESS)
+			*out = doca_rdma_task_send_as_task(t);
+		break;
+	}
+	case PYDOCA_B_WRITE_IMM: {
+		struct doca_rdma_task_write_imm *t;
+		rc = doca_rdma_task_write_imm_allocate_init(rdma, conn, a, b, imm, ud, &t);
+		if (rc == DOCA_SUCCESS)
+			*out = doca_rdma_task_write_imm_as_task(t);
+		break;
+	}
+	case PYDOCA_B_SEND_IMM: {
+		struct doca_rdma_task_send_imm *t;
+		rc = doca_rdma_task_send_imm_allocate_init(rdma, conn, a, imm, ud, &t);
+		if (rc == DOCA_SUCCESS)
+			*out = doca_rdma_task_send_imm_as_task(t);
+		break;
+	}
+	default:
+		break;
+	}
+	return rc;
+}
+
+/*
+ * Allocate and submit tasks [first, first+count) of a batch (a[i], b[i], imm[i]
+ * per task; b or imm may be NULL where the kind needs none). Stops at the first
+ * failure and returns it; batch->submitted counts what went in.
+ */
+doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
+				      struct doca_buf **a, struct doca_buf **b, const uint32_t *imm,
+				      struct pydoca_batch *batch, struct pydoca_batch_slot *slots,
+				      uint32_t first, uint32_t count)
+{
+	doca_error_t rc = DOCA_SUCCESS;
+	uint32_t i;
+
+	for (i = first; i < first + count && i < batch->n; i++) {
+		struct doca_task *task = NULL;
+		union doca_data ud;
+		int last = (i + 1 == first + count) || (i + 1 == batch->n);
+
+		slots[i].batch = batch;
+		slots[i].index = i;
+		ud.u64 = (uint64_t)(uintptr_t)&slots[i] | PYDOCA_BATCH_TAG;
+		rc = pydoca_batch_alloc(rdma, kind, conn, a[i], b ? b[i] : NULL, imm ? imm[i] : 0, ud, &task);
+		if (rc != DOCA_SUCCESS)
+			break;
+		if (doca_task_submit_ex)
+			rc = doca_task_submit_ex(task, last ? DOCA_TASK_SUBMIT_FLAG_FLUSH : DOCA_TASK_SUBMIT_FLAG_NONE);
+		else
+			rc = doca_task_submit(task);
+		if (rc != DOCA_SUCCESS) {
+			doca_task_free(task);
+			break;
+		}
+		batch->submitted++;
+	}
+	return rc;
+}

@@ -1,0 +1,22 @@
+/* pydoca's C shims, as cffi reads them (no preprocessor): see shim.c. */
+extern "Python" void _pydoca_task_done(struct doca_task *task, uint64_t task_ud, int success);
+extern "Python" void _pydoca_ctx_state(uint64_t ctx_ud, struct doca_ctx *ctx, int prev, int next);
+extern "Python" void _pydoca_conn_event(int kind, struct doca_rdma_connection *conn, uint64_t conn_ud, uint64_t ctx_ud);
+doca_error_t pydoca_ctx_set_state_cb(struct doca_ctx *ctx);
+doca_error_t pydoca_rdma_set_conn_cbs(struct doca_rdma *rdma);
+uint64_t pydoca_task_get_user_data(const struct doca_task *task);
+
+doca_error_t pydoca_rdma_task_receive_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
+doca_error_t pydoca_rdma_task_send_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
+doca_error_t pydoca_rdma_task_send_imm_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
+doca_error_t pydoca_rdma_task_read_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
+doca_error_t pydoca_rdma_task_write_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
+doca_error_t pydoca_rdma_task_write_imm_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
+doca_error_t pydoca_rdma_task_atomic_cmp_swp_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
+doca_error_t pydoca_rdma_task_atomic_fetch_add_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
+
+/* Task batches: see shim_types.h. */
+doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
+				      struct doca_buf **a, struct doca_buf **b, const uint32_t *imm,
+				      struct pydoca_batch *batch, struct pydoca_batch_slot *slots,
+				      uint32_t first, uint32_t count);

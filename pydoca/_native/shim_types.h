@@ -1,0 +1,14 @@
+/* Types shared by shim.c and cffi (plain C, no preprocessor lines: cffi parses this file). */
+/* Task batches: completions are counted in C, no Python call per task. */
+struct pydoca_batch {
+	uint32_t n;
+	uint32_t submitted;
+	uint32_t done;
+	uint32_t failed;
+	int32_t *status;
+};
+struct pydoca_batch_slot {
+	struct pydoca_batch *batch;
+	uint32_t index;
+	uint32_t pad;
+};

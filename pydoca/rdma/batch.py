@@ -1,0 +1,197 @@
+"""Task batches: many RDMA tasks in one call into C, completed without a Python call per task.
+
+``rdma.write_batch(conn, srcs, dsts)`` (and ``read_batch``, ``send_batch``,
+``write_imm_batch``, ``send_imm_batch``) allocates and submits every task in
+one C loop, ringing the doorbell once (``doca_task_submit_ex`` without FLUSH
+for all but the last). Completions are recorded by the C shim into a
+preallocated status array (0 = success, else the ``doca_error_t``); Python
+only reads counters. A batch larger than the context's task pool is fed as
+tasks complete. A batch is reusable: ``submit()`` again once it is done.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Generator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .._native import callbacks, ffi, lib
+from ..errors import DocaError, NoMemoryError, check, error_for
+from .tasks import to_be32
+
+if TYPE_CHECKING:
+    from ..buffer import Buffer
+    from . import Connection, Rdma
+
+KINDS = {"write": 0, "read": 1, "send": 2, "write_imm": 3, "send_imm": 4}
+_NO_MEMORY = NoMemoryError.code
+
+
+class BatchError(DocaError):
+    """Some tasks of a batch failed; ``failed`` lists (index, DocaError)."""
+
+    def __init__(self, message: str, failed: List[Tuple[int, DocaError]]) -> None:
+        super().__init__(message, code=failed[0][1].code if failed else 1)
+        self.failed = failed
+
+
+class TaskBatch:
+    """``n`` tasks of one kind on one connection; ``status[i]`` is task i's doca_error_t (0: success)."""
+
+    def __init__(self, rdma: "Rdma", conn: "Connection", kind: str, a: Sequence["Buffer"],
+                 b: Optional[Sequence["Buffer"]] = None, imm: Optional[Sequence[int]] = None) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown batch kind {kind!r}: {', '.join(KINDS)}")
+        n = len(a)
+        if n == 0:
+            raise ValueError("a batch needs at least one task")
+        if b is not None and len(b) != n:
+            raise ValueError(f"{n} first buffers but {len(b)} second buffers")
+        if imm is not None and len(imm) != n:
+            raise ValueError(f"{n} buffers but {len(imm)} immediates")
+        self.ctx, self.conn, self.kind, self.n = rdma, conn, kind, n
+        self._id = callbacks.new_id()
+        self.status = np.full(n, -1, dtype=np.int32)
+        self._c = ffi.new("struct pydoca_batch *")
+        self._c.n = n
+        self._c.status = ffi.cast("int32_t *", ffi.from_buffer(self.status))
+        self._slots = ffi.new("struct pydoca_batch_slot[]", n)
+        self._a = ffi.new("struct doca_buf *[]", [x.handle for x in a])
+        self._b = ffi.new("struct doca_buf *[]", [x.handle for x in b]) if b is not None else ffi.NULL
+        self._imm = ffi.new("uint32_t[]", [to_be32(i) for i in imm]) if imm is not None else ffi.NULL
+        self._keep = (a, b)
+        maps: Dict[int, Any] = {}
+        for buf in list(a) + list(b or ()):
+            m = getattr(buf, "mmap", None)
+            if m is not None:
+                maps[id(m)] = m
+        self._maps = list(maps.values())
+        self._refused = 0
+        self._running = False
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def submitted(self) -> int:
+        return int(self._c.submitted)
+
+    @property
+    def completed(self) -> int:
+        """Tasks finished (successfully or not), refused submissions included."""
+        return int(self._c.done) + self._refused
+
+    @property
+    def failed(self) -> int:
+        return int(self._c.failed) + self._refused
+
+    @property
+    def done(self) -> bool:
+        return self.completed >= self.n
+
+    # -- submission ----------------------------------------------------------------
+    def submit(self) -> "TaskBatch":
+        """Submit (or resubmit, once done) every task; returns at once."""
+        if self._running and not self.done:
+            raise DocaError("batch still in flight: wait() before resubmitting", code=18)
+        self.ctx._check_open()
+        self._c.submitted = self._c.done = self._c.failed = 0
+        self._refused = 0
+        self.status.fill(-1)
+        self._running = True
+        self.ctx.__dict__.setdefault("_batches", {})[self._id] = self   # C writes into us until done
+        for m in self._maps:                 # a closing MemoryMap first waits for (or flushes) us
+            m._tasks[self._id] = self
+        self._pump()
+        return self
+
+    def _pump(self) -> None:
+        """Submit what the task pool takes now; the rest as completions free it."""
+        left = self.n - self.submitted - self._refused
+        if left <= 0:
+            return
+        first = self.submitted + self._refused
+        rc = lib.pydoca_rdma_batch_submit(self.ctx._rdma, KINDS[self.kind], self.conn.handle, self._a, self._b,
+                                          self._imm, self._c, self._slots, first, left)
+        if rc == 0:
+            return
+        if rc == _NO_MEMORY and self.submitted > self.completed:
+            return                            # the pool is full: more go in as tasks complete
+        start = self.submitted + self._refused
+        self.status[start:] = rc             # refused: the rest of the batch fails with this status
+        self._refused = self.n - self.submitted
+        self._finish_if_done()
+
+    def _finish_if_done(self) -> None:
+        if self.done and self._running:
+            self._running = False
+            self.ctx.__dict__.get("_batches", {}).pop(self._id, None)
+            for m in self._maps:
+                m._tasks.pop(self._id, None)
+
+    # -- waiting ----------------------------------------------------------------------
+    def poll(self) -> bool:
+        """Progress once, feed the pool, and say whether every task finished."""
+        self.ctx.pe.progress()
+        self._pump()
+        self._finish_if_done()
+        return self.done
+
+    def wait(self, timeout: Optional[float] = 10.0) -> "TaskBatch":
+        """Progress until every task finished; TimeoutError after ``timeout`` seconds."""
+        def finished() -> bool:
+            self._pump()
+            self._finish_if_done()
+            return self.done
+        if not finished():
+            self.ctx.pe.run_until(finished, 1e9 if timeout is None else timeout,
+                                  what=f"{self.kind} batch of {self.n}")
+        return self
+
+    def errors(self) -> List[Tuple[int, DocaError]]:
+        """(index, error) of every failed task."""
+        idx = np.nonzero(self.status > 0)[0]
+        return [(int(i), error_for(int(self.status[i]), f"{self.kind} task {int(i)} of the batch failed"))
+                for i in idx]
+
+    def result(self, timeout: Optional[float] = 10.0) -> None:
+        """Wait; raise BatchError naming how many failed and the first failures."""
+        self.wait(timeout)
+        if self.failed:
+            errs = self.errors()
+            first = ", ".join(f"#{i}: {e.name}" for i, e in errs[:3])
+            raise BatchError(f"{self.failed} of {self.n} {self.kind} tasks failed ({first})", errs)
+
+    def __await__(self) -> Generator[Any, None, None]:
+        from ..aio import wait_for
+        return wait_for(self.ctx.pe, lambda: self.poll(), timeout=None).__await__()
+
+    def __repr__(self) -> str:
+        return f"<TaskBatch {self.kind} {self.completed}/{self.n} failed={self.failed}>"
+
+
+class BatchMixin:
+    """The batch methods of :class:`pydoca.Rdma`."""
+
+    def write_batch(self, conn: "Connection", srcs: Sequence["Buffer"], dsts: Sequence["Buffer"]) -> TaskBatch:
+        """Write ``srcs[i]`` into ``dsts[i]`` (peer memory) for every i, as one batch."""
+        return TaskBatch(self, conn, "write", srcs, dsts).submit()  # type: ignore[arg-type]
+
+    def read_batch(self, conn: "Connection", remotes: Sequence["Buffer"], locals_: Sequence["Buffer"]) -> TaskBatch:
+        """Read ``remotes[i]`` into ``locals_[i]`` for every i (destinations are emptied first)."""
+        for buf in locals_:
+            check(lib.doca_buf_reset_data_len(buf.handle), "doca_buf_reset_data_len")
+        return TaskBatch(self, conn, "read", remotes, locals_).submit()  # type: ignore[arg-type]
+
+    def send_batch(self, conn: "Connection", bufs: Sequence["Buffer"]) -> TaskBatch:
+        """Send every buffer (the peer must have receives posted)."""
+        return TaskBatch(self, conn, "send", bufs).submit()  # type: ignore[arg-type]
+
+    def write_imm_batch(self, conn: "Connection", srcs: Sequence["Buffer"], dsts: Sequence["Buffer"],
+                        immediates: Sequence[int]) -> TaskBatch:
+        """Write-with-immediate for every i."""
+        return TaskBatch(self, conn, "write_imm", srcs, dsts, immediates).submit()  # type: ignore[arg-type]
+
+    def send_imm_batch(self, conn: "Connection", bufs: Sequence["Buffer"], immediates: Sequence[int]) -> TaskBatch:
+        """Send-with-immediate for every i."""
+        return TaskBatch(self, conn, "send_imm", bufs, None, immediates).submit()  # type: ignore[arg-type]
+
+
+__all__ = ["BatchError", "BatchMixin", "TaskBatch"]

@@ -1,0 +1,126 @@
+"""Task batches across processes: bytes that arrived, per-task statuses, pool overflow, reuse, failures."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from typing import Iterator
+
+import pytest
+
+import pydoca
+from pydoca import Access
+from rdma_util import ALL_REMOTE, Local, PeerProc
+from test_rdma import connect, pattern
+
+SIZE = 1 << 16
+
+
+@pytest.fixture
+def local() -> Iterator[Local]:
+    loc = Local()
+    yield loc
+    loc.close()
+
+
+@pytest.fixture
+def peer() -> Iterator[PeerProc]:
+    p = PeerProc()
+    yield p
+    p.close()
+
+
+def test_write_batch_lands_every_byte(local: Local, peer: PeerProc) -> None:
+    conn, started = connect(local, peer, "oob")
+    data = pattern(SIZE)
+    mm, remote = local.local(data), local.remote(started["mmap"])
+    n, chunk = 256, SIZE // 256
+    srcs = [local.inv.buffer(mm, offset=i * chunk, length=chunk) for i in range(n // 2)]
+    dsts = [local.inv.buffer(remote, offset=i * chunk, length=chunk, empty=True) for i in range(n // 2)]
+    batch = local.rdma.write_batch(conn, srcs, dsts)
+    batch.result(10)
+    assert batch.done and batch.failed == 0 and (batch.status == 0).all() and batch.completed == n // 2
+    batch.submit().result(10)                                          # reusable
+    assert batch.completed == n // 2
+    expect = bytes(data[:SIZE // 2]) + bytes(SIZE // 2)
+    assert peer.call("digest")["sha"] == hashlib.sha256(expect).hexdigest()
+    for b in srcs + dsts:
+        b.close()
+
+
+def test_batch_larger_than_the_task_pool(peer: PeerProc) -> None:
+    with pydoca.Device.open(iface="lo") as dev, pydoca.ProgressEngine() as pe, \
+            pydoca.Rdma(dev, pe, permissions=ALL_REMOTE, max_tasks=16) as rdma, \
+            pydoca.BufferInventory(1400) as inv:
+        started = peer.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="oob")
+        blob, conn = rdma.export()
+        rdma.connect(base64.b64decode(started["conn"]), conn)
+        peer.post("connect", blob=base64.b64encode(blob).decode())
+        conn.wait_established(10)
+        peer.answer("connect")
+        data = pattern(SIZE, seed=3)
+        with pydoca.MemoryMap(dev, data, access=Access.LOCAL_READ_WRITE) as mm, \
+                pydoca.MemoryMap.from_export(dev, base64.b64decode(started["mmap"])) as remote:
+            n = 600                                                    # 16-task pool: fed as tasks complete
+            srcs = [inv.buffer(mm, offset=(i * 128) % SIZE, length=128) for i in range(n)]
+            dsts = [inv.buffer(remote, offset=(i * 128) % SIZE, length=128, empty=True) for i in range(n)]
+            batch = rdma.write_batch(conn, srcs, dsts)
+            batch.result(20)
+            assert batch.completed == n and batch.failed == 0
+            assert peer.call("digest")["sha"] == hashlib.sha256(bytes(data)).hexdigest()
+            back = bytearray(SIZE)
+            with pydoca.MemoryMap(dev, back, access=Access.LOCAL_READ_WRITE) as bm:
+                dst2 = [inv.buffer(bm, offset=i * 1024, length=1024, empty=True) for i in range(64)]
+                src2 = [inv.buffer(remote, offset=i * 1024, length=1024) for i in range(64)]
+                rb = rdma.read_batch(conn, src2, dst2)
+                asyncio.run(_await(rb))
+                assert rb.failed == 0 and bytes(back) == bytes(data)
+                for b in dst2 + src2:
+                    b.close()
+            for b in srcs + dsts:
+                b.close()
+        conn.disconnect()
+
+
+async def _await(batch: pydoca.TaskBatch) -> None:
+    await asyncio.wait_for(batch, 10)
+
+
+def test_failed_batch_is_typed(local: Local, peer: PeerProc) -> None:
+    """A target mmap without RDMA_WRITE: every task fails NOT_PERMITTED; BatchError says how many."""
+    conn, started = connect(local, peer, "oob", access=Access.LOCAL_READ_WRITE | Access.RDMA_READ)
+    mm, remote = local.local(pattern(4096)), local.remote(started["mmap"])
+    srcs = [local.inv.buffer(mm, offset=i * 64, length=64) for i in range(8)]
+    dsts = [local.inv.buffer(remote, offset=i * 64, length=64, empty=True) for i in range(8)]
+    batch = local.rdma.write_batch(conn, srcs, dsts)
+    with pytest.raises(pydoca.BatchError, match=r"of 8 write tasks failed") as exc:
+        batch.result(10)
+    assert batch.failed >= 1 and all(e.name == "DOCA_ERROR_NOT_PERMITTED" for _, e in exc.value.failed[:1])
+    assert peer.call("digest")["sha"] == hashlib.sha256(bytes(SIZE)).hexdigest()   # nothing landed
+    for b in srcs + dsts:
+        b.close()
+
+
+def test_send_batch_consumes_posted_receives(local: Local, peer: PeerProc) -> None:
+    conn, _ = connect(local, peer, "oob")
+    peer.call("post_recv", n=32, size=64)
+    data = bytearray(b"".join(i.to_bytes(2, "little") * 32 for i in range(32)))
+    mm = local.local(data)
+    bufs = [local.inv.buffer(mm, offset=i * 64, length=64) for i in range(32)]
+    local.rdma.send_imm_batch(conn, bufs, list(range(100, 132))).result(10)
+    got = peer.call("recv_results")["results"]
+    assert [r["imm"] for r in got] == list(range(100, 132))
+    assert [base64.b64decode(r["data"]) for r in got] == [bytes(data[i * 64:(i + 1) * 64]) for i in range(32)]
+    for b in bufs:
+        b.close()
+
+
+def test_batch_argument_errors(local: Local, peer: PeerProc) -> None:
+    conn, started = connect(local, peer, "oob")
+    mm = local.local(pattern(256))
+    src = [local.inv.buffer(mm, length=8)]
+    with pytest.raises(ValueError, match="at least one"):
+        local.rdma.write_batch(conn, [], [])
+    with pytest.raises(ValueError, match="second buffers"):
+        local.rdma.write_batch(conn, src, [])
+    src[0].close()
