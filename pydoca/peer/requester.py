@@ -84,9 +84,13 @@ class Requester:
     """A connection to one responder. Use ``connect``/``from_descriptor``/``open``."""
 
     def __init__(self, *, timeout: float = 10.0, window: int = 4, name: Optional[str] = None,
-                 token: Optional[bytes] = None, key_id: str = "", progress_mode: str = "blocking") -> None:
+                 token: Optional[bytes] = None, key_id: str = "", progress_mode: str = "blocking",
+                 dev: Optional[Device] = None, max_tasks: int = 0) -> None:
+        """``dev``: share an opened Device (not closed by the requester); ``max_tasks``: the Rdma
+        context's task pool per type beyond what the control channel needs (for raw tasks on ``conn``)."""
         if window < 1:
             raise ValueError("window must be >= 1")
+        self._shared_dev, self._extra_tasks = dev, max(0, max_tasks)
         self.timeout, self.window = timeout, window
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.token, self.key_id, self.progress_mode = token, key_id, progress_mode
@@ -151,8 +155,11 @@ class Requester:
     def _connect(self, host: str, port: int, device: Optional[str], timeout: float,
                  expect_instance: Optional[str]) -> None:
         self.address = f"{host}:{port}"
-        self.dev = _route_device(host, device)
-        self._resources.append(self.dev)
+        if self._shared_dev is not None:
+            self.dev = self._shared_dev
+        else:
+            self.dev = _route_device(host, device)
+            self._resources.append(self.dev)
         self.pe = ProgressEngine(mode=self.progress_mode)
         self._resources.append(self.pe)
         recv_slots, send_slots = 2 * self.window + 8, 2 * self.window + 4
@@ -163,7 +170,7 @@ class Requester:
         self._resources.append(self._stage_map)
         self._free_stage = list(range(self.window))
         self.rdma = Rdma(self.dev, self.pe, max_connections=1,
-                         max_tasks=recv_slots + send_slots + 4 * self.window + 16)
+                         max_tasks=recv_slots + send_slots + 4 * self.window + 16 + self._extra_tasks)
         self.channel = Channel(self.dev, self.rdma, self.inventory, recv_slots=recv_slots, send_slots=send_slots,
                                on_message=self._on_message, on_imm=self._on_imm)
         self.rdma.on_connection = self._on_conn

@@ -1,0 +1,97 @@
+"""Segments: memory registered once under a name (local), or opened by name (remote).
+
+Anything with the buffer protocol (bytes-likes, numpy arrays, mmap) or
+DLPack on the CPU (torch tensors) can be registered, zero-copy: the object is
+kept alive while registered. A segment's *generation* changes whenever its
+owner registers it anew (or restarts), so a handle to an older registration
+is detected and refused, never written.
+"""
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+from ..memory import Access, MemoryMap
+from .errors import StaleSegment, TransferError
+
+REMOTE_ACCESS = Access.LOCAL_READ_WRITE | Access.RDMA_READ | Access.RDMA_WRITE
+READONLY_ACCESS = Access.LOCAL_READ_ONLY | Access.RDMA_READ
+
+
+def as_memory(obj: Any) -> memoryview:
+    """A byte view of ``obj`` (buffer protocol, or DLPack on the CPU); TransferError otherwise."""
+    if hasattr(obj, "__dlpack__") and not _has_buffer(obj):
+        device = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (1, 0)
+        if int(device[0]) != 1:
+            raise TransferError(f"{type(obj).__name__} lives on DLPack device {tuple(device)}; only CPU memory "
+                                "(device type 1) can be registered here")
+        import numpy as np
+        obj = np.from_dlpack(obj)
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise TransferError(f"cannot register {type(obj).__name__}: it has neither the buffer protocol nor "
+                            "DLPack") from None
+    if not view.c_contiguous:
+        raise TransferError("cannot register non-contiguous memory; pass a contiguous array (np.ascontiguousarray)")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def _has_buffer(obj: Any) -> bool:
+    try:
+        memoryview(obj)
+        return True
+    except TypeError:
+        return False
+
+
+class LocalSegment:
+    """A registered local segment: ``name``, ``length``, ``generation``; closed by ``unregister``."""
+
+    def __init__(self, name: str, obj: Any, dev: Any, generation: str) -> None:
+        self.name, self.generation, self.obj = name, generation, obj
+        self.view = as_memory(obj)
+        self.length = self.view.nbytes
+        self.readonly = self.view.readonly
+        self.mmap = MemoryMap(dev, self.view, access=READONLY_ACCESS if self.readonly else REMOTE_ACCESS)
+        self.blob = self.mmap.export_rdma()
+
+    def descriptor(self, owner: str) -> Dict[str, Any]:
+        """What a peer needs to reach it (the access blob goes only to authenticated peers)."""
+        return {"name": self.name, "owner": owner, "length": self.length, "generation": self.generation,
+                "readonly": self.readonly, "mmap": base64.b64encode(self.blob).decode()}
+
+    def close(self) -> None:
+        self.mmap.close()
+
+    def __repr__(self) -> str:
+        return f"<LocalSegment {self.name} {self.length}B gen={self.generation}>"
+
+
+@dataclass
+class RemoteSegment:
+    """A peer's segment as opened: owner address, length, generation, access map (``rmap``)."""
+
+    name: str
+    owner: str
+    length: int
+    generation: str
+    readonly: bool
+    rmap: Optional[MemoryMap] = None
+    stale: bool = False
+
+    @property
+    def ref(self) -> str:
+        return f"{self.owner}/{self.name}"
+
+    def check(self) -> None:
+        if self.stale or self.rmap is None or self.rmap.closed:
+            raise StaleSegment(f"segment {self.ref} (generation {self.generation}) is stale: its owner restarted "
+                               "or re-registered it; open_segment() it again")
+
+    def __repr__(self) -> str:
+        return f"<RemoteSegment {self.ref} {self.length}B gen={self.generation}{' stale' if self.stale else ''}>"
+
+
+__all__ = ["LocalSegment", "RemoteSegment", "as_memory"]
