@@ -68,10 +68,11 @@ class TransferBatch:
     """A submitted batch: per-request ``status()``, ``wait(timeout)``, ``await``."""
 
     def __init__(self, requests: Sequence[Request], parts: List[_Part], engines: List["ProgressEngine"],
-                 cleanup: List[Any], failed: Optional[List[Tuple[int, str]]] = None) -> None:
+                 cleanup: List[Any], failed: Optional[List[Tuple[int, Exception]]] = None) -> None:
         self.requests = list(requests)
         self._parts, self._engines, self._cleanup = parts, engines, cleanup
-        self._early = dict(failed or [])
+        self._refused = dict(failed or [])                     # requests refused before submission
+        self._early = {i: f"{type(e).__name__}: {e}" for i, e in self._refused.items()}
         self._released = False
 
     @property
@@ -146,7 +147,9 @@ class TransferBatch:
         bad = [(i, s) for i, s in enumerate(self.status()) if s.state is not State.DONE]
         if bad:
             what = ", ".join(f"#{i}: {s.error}" for i, s in bad[:4])
-            raise TransferError(f"{len(bad)} of {len(self.requests)} requests failed ({what})")
+            kinds = {type(self._refused[i]) for i, _ in bad if i in self._refused}
+            cls = kinds.pop() if len(kinds) == 1 and all(i in self._refused for i, _ in bad) else TransferError
+            raise cls(f"{len(bad)} of {len(self.requests)} requests failed ({what})")
 
     def _release(self) -> None:
         if self._released:

@@ -65,6 +65,7 @@ class TransferEngine:
         self.connections_per_peer, self.slice_size, self.max_inflight = connections_per_peer, slice_size, max_inflight
         self.idle_timeout, self.staging_size = idle_timeout, staging_size
         self.segments: Dict[str, LocalSegment] = {}
+        self._remotes: List[RemoteSegment] = []
         self._peers: Dict[str, _Peer] = {}
         self._gen = itertools.count(1)
         self._lock = threading.Lock()
@@ -108,6 +109,11 @@ class TransferEngine:
         self._closed = True
         for name in list(self.segments):
             self.unregister(name)
+        for remote in self._remotes:
+            remote.stale = True
+            if remote.rmap is not None:
+                remote.rmap.close()
+        self._remotes.clear()
         for peer in list(self._peers.values()):
             self._drop(peer)
         self.responder.stop()
@@ -186,7 +192,10 @@ class TransferEngine:
         except HandlerError as exc:
             raise SegmentNotFound(f"{owner} has no segment {name!r}: {exc}") from None
         rmap = MemoryMap.from_export(self.dev, base64.b64decode(desc["mmap"]))
-        return RemoteSegment(name, owner, int(desc["length"]), str(desc["generation"]), bool(desc["readonly"]), rmap)
+        seg = RemoteSegment(name, owner, int(desc["length"]), str(desc["generation"]), bool(desc["readonly"]), rmap)
+        self._remotes = [r for r in self._remotes if not r.stale]
+        self._remotes.append(seg)
+        return seg
 
     # -- connections -------------------------------------------------------------------
     def _peer(self, owner: str) -> _Peer:
@@ -194,7 +203,9 @@ class TransferEngine:
         peer = self._peers.get(owner)
         if peer is None:
             peer = self._peers[owner] = _Peer(owner)
-        peer.conns = [c for c in peer.conns if not c.closed and c._fatal is None]
+        for dead in [c for c in peer.conns if c.closed or c._fatal is not None]:
+            dead.close()
+            peer.conns.remove(dead)
         while len(peer.conns) < self.connections_per_peer:
             try:
                 conn = Requester.connect(owner, dev=self.dev, token=self.token, timeout=self.timeout,
@@ -236,12 +247,12 @@ class TransferEngine:
         plan: Dict[Tuple[int, bool], Dict[str, List[Any]]] = {}   # (connection id, is_read) -> slices
         conns: Dict[int, Requester] = {}
         cleanup: List[Callable[[], None]] = []
-        early: List[Tuple[int, str]] = []
+        early: List[Tuple[int, Exception]] = []
         for i, req in enumerate(requests):
             try:
                 self._plan(i, req, plan, conns, cleanup)
             except (TransferError, ValueError) as exc:
-                early.append((i, f"{type(exc).__name__}: {exc}"))
+                early.append((i, exc))
         parts: List[_Part] = []
         for (cid, is_read), sl in plan.items():
             conn = conns[cid]
@@ -267,6 +278,8 @@ class TransferEngine:
         peer = self._peer(remote.owner)
         if peer.instance != remote.generation.split(":")[0]:
             remote.stale = True
+            if remote.rmap is not None:
+                remote.rmap.close()
             remote.check()
         n = len(peer.conns)
         for k, start in enumerate(range(0, req.length, self.slice_size)):

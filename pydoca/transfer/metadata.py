@@ -143,7 +143,7 @@ class EmbeddedStore(MetadataStore):
 
 def open_store(spec: Optional[str]) -> MetadataStore:
     """``None``/``"embedded"``: EmbeddedStore; ``"dir:/path"``: with a host directory;
-    ``"etcd://host:port[,host:port]"``: EtcdStore."""
+    ``"etcd://host:port[,host:port][?ttl=SECONDS]"``: EtcdStore."""
     if spec in (None, "", "embedded"):
         return EmbeddedStore()
     assert spec is not None
@@ -151,7 +151,10 @@ def open_store(spec: Optional[str]) -> MetadataStore:
         return EmbeddedStore(spec[4:])
     if spec.startswith("etcd://"):
         from .etcd import EtcdStore
-        return EtcdStore([e for e in spec[7:].split(",") if e])
+        where, _, query = spec[7:].partition("?")
+        opts = urllib.parse.parse_qs(query)
+        ttl = int(opts.get("ttl", ["10"])[0])
+        return EtcdStore([e for e in where.split(",") if e], ttl=ttl)
     raise MetadataError(f"unknown metadata store {spec!r}: use 'embedded', 'dir:/path' or 'etcd://host:port'")
 
 

@@ -26,8 +26,15 @@ def as_memory(obj: Any) -> memoryview:
         if int(device[0]) != 1:
             raise TransferError(f"{type(obj).__name__} lives on DLPack device {tuple(device)}; only CPU memory "
                                 "(device type 1) can be registered here")
+        import ctypes
+
         import numpy as np
-        obj = np.from_dlpack(obj)
+        arr = np.from_dlpack(obj)
+        # numpy marks DLPack imports read-only (DLPack < 1.0 carries no such flag); the producer's memory
+        # (a torch tensor, say) is writable, so view it as such: ``obj`` stays referenced by the segment
+        view = memoryview((ctypes.c_uint8 * arr.nbytes).from_address(arr.ctypes.data)) if arr.nbytes else \
+            memoryview(b"")
+        return view.cast("B")
     try:
         view = memoryview(obj)
     except TypeError:

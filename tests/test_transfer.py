@@ -1,0 +1,187 @@
+"""pydoca.transfer across processes: segments, batches, per-request status, 2 and 8 peers, etcd, restarts."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Iterator
+
+import numpy as np
+import pytest
+from transfer_util import Etcd, Target, wait_until
+
+from pydoca.transfer import (EmbeddedStore, Request, SegmentNotFound, StaleSegment, State, TransferEngine,
+                             TransferError)
+from pydoca.transfer.bench import pattern
+
+pytestmark = pytest.mark.timeout(240)
+MiB = 1 << 20
+HEAVY = os.environ.get("PYDOCA_HEAVY") == "1"
+
+
+@pytest.fixture
+def engine() -> Iterator[TransferEngine]:
+    with TransferEngine("127.0.0.1:0", slice_size=256 << 10) as te:
+        yield te
+
+
+def test_write_read_and_status(engine: TransferEngine) -> None:
+    target = Target("seg:16MiB:pattern", "ro:1MiB")
+    try:
+        remote = engine.open_segment(f"{target.address}/seg")
+        assert remote.length == 16 * MiB and not remote.readonly
+        src = np.random.default_rng(1).integers(0, 256, 8 * MiB, dtype=np.uint8)
+        engine.register("src", src)
+        batch = engine.submit([Request("write", "src", remote, MiB, local_offset=i * MiB, remote_offset=i * MiB)
+                               for i in range(8)])
+        batch.result(30)
+        assert [s.state for s in batch.status()] == [State.DONE] * 8
+        assert all(s.transferred == MiB for s in batch.status())
+        back = np.zeros(16 * MiB, dtype=np.uint8)
+        engine.transfer([Request("read", back, remote, 16 * MiB)])
+        assert np.array_equal(back[:8 * MiB], src) and np.array_equal(back[8 * MiB:], pattern(16 * MiB)[8 * MiB:])
+        bad = engine.submit([Request("write", "src", remote, MiB, remote_offset=16 * MiB - 10),   # past the end
+                             Request("write", "nope", remote, 10),                               # no such local
+                             Request("read", back, remote, 100)])                                # fine
+        bad.wait(30)
+        states = [s.state for s in bad.status()]
+        assert states == [State.FAILED, State.FAILED, State.DONE], bad.status()
+        assert "do not fit" in (bad.status()[0].error or "") and "no local segment" in (bad.status()[1].error or "")
+        with pytest.raises(TransferError, match="2 of 3 requests failed"):
+            bad.result(1)
+        with pytest.raises(SegmentNotFound):
+            engine.open_segment(f"{target.address}/missing")
+        with pytest.raises(SegmentNotFound):
+            engine.open_segment("nowhere-published")
+    finally:
+        target.kill()
+
+
+class DLPackOnly:
+    """An object with only the DLPack protocol (as a CPU torch tensor presents itself)."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self._arr = arr
+
+    def __dlpack__(self, stream: object = None) -> object:
+        return self._arr.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple:
+        return self._arr.__dlpack_device__()
+
+
+def test_dlpack_and_readonly(engine: TransferEngine) -> None:
+    arr = np.zeros(MiB, dtype=np.float32)
+    seg = engine.register("dl", DLPackOnly(arr))
+    assert seg.length == 4 * MiB
+    target = Target("data:4MiB:pattern")
+    try:
+        remote = engine.open_segment(f"{target.address}/data")
+        engine.transfer([Request("read", "dl", remote, 4 * MiB)])
+        assert arr.view(np.uint8).tobytes() == pattern(4 * MiB).tobytes()       # landed in the array, zero-copy
+    finally:
+        target.kill()
+    engine.register("const", b"read only bytes")
+    with TransferEngine("127.0.0.1:0") as other:
+        ro = other.open_segment(f"{engine.address}/const")
+        assert ro.readonly
+        with pytest.raises(TransferError, match="read-only"):
+            other.submit([Request("write", b"x" * 15, ro, 15)]).result(5)
+        out = bytearray(15)
+        other.transfer([Request("read", out, ro, 15)])
+        assert bytes(out) == b"read only bytes"
+
+
+def test_eight_peers_one_batch(engine: TransferEngine) -> None:
+    targets = [Target(f"s:{2 * MiB}") for _ in range(8)]
+    try:
+        src = np.random.default_rng(8).integers(0, 256, 2 * MiB, dtype=np.uint8)
+        engine.register("src", src)
+        remotes = [engine.open_segment(f"{t.address}/s") for t in targets]
+        engine.transfer([Request("write", "src", r, 2 * MiB) for r in remotes])
+        for r in remotes:
+            back = np.zeros(2 * MiB, dtype=np.uint8)
+            engine.transfer([Request("read", back, r, 2 * MiB)])
+            assert np.array_equal(back, src)
+    finally:
+        for t in targets:
+            t.kill()
+
+
+def test_peer_restart_mid_batch(engine: TransferEngine) -> None:
+    from rdma_util import free_port
+    port = free_port()
+    target = Target("seg:64MiB", port=port)
+    try:
+        remote = engine.open_segment(f"{target.address}/seg")
+        big = np.ones(64 * MiB, dtype=np.uint8)
+        engine.register("big", big)
+        batch = engine.submit([Request("write", "big", remote, 8 * MiB, local_offset=i * 8 * MiB,
+                                       remote_offset=i * 8 * MiB) for i in range(8)])
+        target.kill()                                             # the peer dies with the batch in flight
+        t0 = time.monotonic()
+        batch.wait(30)
+        assert time.monotonic() - t0 < 10
+        assert any(s.state is State.FAILED for s in batch.status()) or all(
+            s.state is State.DONE for s in batch.status())        # (it may have finished before the kill)
+        target = Target("seg:64MiB", port=port)                   # restarted at the same address
+        t1 = time.monotonic()
+        with pytest.raises(StaleSegment):
+            engine.submit([Request("write", "big", remote, MiB)]).result(10)
+        fresh = engine.open_segment(f"{target.address}/seg")
+        engine.transfer([Request("write", "big", fresh, MiB)])
+        assert time.monotonic() - t1 < 5, "transfers did not resume promptly after the restart"
+        back = np.zeros(MiB, dtype=np.uint8)
+        engine.transfer([Request("read", back, fresh, MiB)])
+        assert back.all()
+    finally:
+        target.kill()
+
+
+def test_directory_store_one_host(tmp_path: object) -> None:
+    store = f"dir:{tmp_path}"
+    target = Target("shared:1MiB:pattern", metadata=store)
+    try:
+        with TransferEngine("127.0.0.1:0", metadata=store) as te:
+            assert any(k.endswith("/shared") for k in te.list_segments())
+            got = bytearray(MiB)
+            te.transfer([Request("read", got, te.open_segment("shared"), MiB)])
+            assert bytes(got) == pattern(MiB).tobytes()
+        target.kill()                                             # its entries go with its pid
+        assert not EmbeddedStore(str(tmp_path)).list("/pydoca/segments/")
+    finally:
+        target.kill()
+
+
+@pytest.fixture(scope="module")
+def etcd() -> Iterator[Etcd]:
+    try:
+        server = Etcd()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    yield server
+    server.stop()
+
+
+def test_etcd_publish_lookup_and_lease(etcd: Etcd) -> None:
+    store = f"etcd://{etcd.endpoint}?ttl=2"
+    n_segments = 1000 if HEAVY else 200
+    peers = [Target(*[f"p{p}s{i}:4KiB" for i in range(n_segments // 4)], metadata=store) for p in range(4)]
+    try:
+        with TransferEngine("127.0.0.1:0", metadata=store) as te:
+            assert wait_until(lambda: len(te.list_segments()) == n_segments, 20), len(te.list_segments())
+            failed = 0
+            for name in [f"p{p}s{i}" for p in range(4) for i in range(0, n_segments // 4, 5)]:
+                try:
+                    seg = te.open_segment(name)
+                    te.transfer([Request("write", name.encode().ljust(16), seg, 16)])
+                except TransferError:
+                    failed += 1
+            assert failed == 0
+        peers[0].kill()                                           # crashed: its lease expires
+        with TransferEngine("127.0.0.1:0", metadata=store) as te:
+            assert wait_until(lambda: not any(k.rpartition("/")[2].startswith("p0s") for k in te.list_segments()),
+                              10), "a crashed peer's segments are still published"
+            assert any(k.rpartition("/")[2].startswith("p1s") for k in te.list_segments())
+    finally:
+        for t in peers:
+            t.kill()
