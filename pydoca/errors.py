@@ -43,8 +43,13 @@ class InUseError(DocaError):
     name = "DOCA_ERROR_IN_USE"
 
 class NotSupportedError(DocaError):
+    """DOCA_ERROR_NOT_SUPPORTED; also raised for a DOCA function the loaded runtime
+    lacks, with ``symbol`` set to it and ``added_in`` to the DOCA release that added it."""
+
     code = 4
     name = "DOCA_ERROR_NOT_SUPPORTED"
+    symbol: Optional[str] = None
+    added_in: Optional[str] = None
 
 class AgainError(DocaError):
     code = 5
@@ -204,7 +209,20 @@ def _describe(code: int) -> str:
 
 
 def error_for(code: int, message: str = "") -> DocaError:
-    """The exception instance for a DOCA error code."""
+    """The exception instance for a DOCA error code.
+
+    DOCA_ERROR_NOT_SUPPORTED from a function the runtime lacks (its stub in
+    pydoca._native.lib; ``message`` starts with the function's name) becomes
+    the NotSupportedError naming the DOCA release that added the function.
+    """
+    if int(code) == NotSupportedError.code and message:
+        try:
+            from ._native import missing_note
+            detailed = missing_note(message)
+        except Exception:  # noqa: BLE001 - the plain error below is still right
+            detailed = None
+        if detailed is not None:
+            return detailed
     cls = ERRORS.get(int(code), DocaError)
     return cls(message, code=int(code), description=_describe(int(code)))
 

@@ -23,15 +23,22 @@ def run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=full)
 
 
-@pytest.mark.parametrize("text", ["2.9.0", "2.9.0072", "3.0.0", "3.3.0055", "3.3.0 (softdoca)"])
+@pytest.mark.parametrize("text", ["2.9.0", "2.9.0072", "3.0.0", "3.0.0058", "3.3.0055", "3.3.0 (softdoca)"])
 def test_supported_versions(text: str) -> None:
-    check_version(text)
+    assert check_version(text) is None
 
 
-@pytest.mark.parametrize("text", ["2.8.1", "2.5.0", "3.4.0", "4.0.0", "banana", "3"])
+@pytest.mark.parametrize("text", ["2.8.1", "2.5.0", "1.5.0", "banana", "3"])
 def test_unsupported_versions_are_refused(text: str) -> None:
-    with pytest.raises(BackendError):
+    with pytest.raises(BackendError) as info:
         check_version(text)
+    assert text in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["3.4.0", "3.10.0001", "4.0.0"])
+def test_newer_versions_load_with_a_warning(text: str) -> None:
+    warning = check_version(text)
+    assert warning is not None and text in warning and "3.3" in warning
 
 
 def test_parse_version() -> None:

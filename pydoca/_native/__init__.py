@@ -8,6 +8,16 @@ its DOCA calls bind to whichever library is in the global scope.
 libraries load and softdoca otherwise, with one WARNING log line.
 ``PYDOCA_DOCA_LIB_DIR`` overrides where the real libraries are looked for;
 ``PYDOCA_SOFTDOCA_LIB`` points at another softdoca build (e.g. a sanitizer one).
+
+DOCA versions: the runtime must be 2.9 or newer (older is refused, newer than
+3.3 loads with one warning). The module needs only what DOCA 2.9 has; the
+functions added later (``versions.OPTIONAL``) are weak references. When the
+runtime lacks some, ``lib`` is a copy of the cffi lib in which each missing
+function is a stub: one returning ``doca_error_t`` returns
+DOCA_ERROR_NOT_SUPPORTED (so ``errors.check`` raises ``NotSupportedError``
+naming the release that added it, and code testing ``!= 0`` degrades), any
+other raises that ``NotSupportedError`` at once. Nothing ever calls NULL.
+``has(name)``, ``require(name)``, ``missing()`` expose the same facts.
 """
 from __future__ import annotations
 
@@ -16,9 +26,12 @@ import glob
 import os
 import platform
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pydoca._log import get_logger
+from pydoca.errors import NotSupportedError
+
+from . import versions
 
 log = get_logger()
 
@@ -40,6 +53,7 @@ class BackendInfo:
     version: str
     reason: str
     attempts: Tuple[str, ...] = field(default_factory=tuple)
+    warning: Optional[str] = None    # e.g. a runtime newer than SUPPORTED_MAX
 
 
 def _doca_dirs() -> List[Optional[str]]:
@@ -58,16 +72,28 @@ def parse_version(text: str) -> Tuple[int, int]:
     return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or "x")
 
 
-def check_version(text: str) -> None:
-    """Raise BackendError when the runtime is outside the supported range."""
+def _fmt(ver: Tuple[int, int]) -> str:
+    return f"{ver[0]}.{ver[1]}"
+
+
+def check_version(text: str) -> Optional[str]:
+    """Raise BackendError when the runtime is older than SUPPORTED_MIN (or unparsable).
+
+    A runtime newer than SUPPORTED_MAX is accepted: the returned text is the
+    one warning to log. None when the version is in the checked range.
+    """
     try:
         ver = parse_version(text)
     except ValueError as exc:
         raise BackendError(str(exc)) from exc
-    if not SUPPORTED_MIN <= ver <= SUPPORTED_MAX:
+    if ver < SUPPORTED_MIN:
         raise BackendError(
-            f"DOCA runtime {text} is not supported: pydoca supports DOCA "
-            f"{SUPPORTED_MIN[0]}.{SUPPORTED_MIN[1]} to {SUPPORTED_MAX[0]}.{SUPPORTED_MAX[1]}")
+            f"DOCA runtime {text} is not supported: pydoca needs DOCA {_fmt(SUPPORTED_MIN)} or newer "
+            f"(checked against {_fmt(SUPPORTED_MIN)} to {_fmt(SUPPORTED_MAX)})")
+    if ver > SUPPORTED_MAX:
+        return (f"DOCA runtime {text} is newer than the newest release pydoca was checked against "
+                f"({_fmt(SUPPORTED_MAX)}): loading it anyway")
+    return None
 
 
 def _runtime_version(handle: ctypes.CDLL) -> str:
@@ -87,9 +113,11 @@ def _try_doca(attempts: List[str]) -> Optional[BackendInfo]:
             attempts.append(f"{d or 'loader path'}: {exc}")
             continue
         version = _runtime_version(handles[0])
-        check_version(version)
+        warning = check_version(version)
+        if warning:
+            log.warning(warning)
         return BackendInfo("doca", paths, version, f"real DOCA libraries found in {d or 'the loader path'}",
-                           tuple(attempts))
+                           tuple(attempts), warning)
     return None
 
 
@@ -137,9 +165,110 @@ def _select() -> BackendInfo:
 backend: BackendInfo = _select()
 
 try:
-    from ._doca_cffi import ffi, lib  # noqa: E402
-except ImportError as exc:  # pragma: no cover - depends on the installed DOCA
-    raise BackendError(f"the {backend.name} backend at {backend.paths} lacks a DOCA symbol pydoca needs: {exc}") from exc
+    from ._doca_cffi import ffi, lib as _cffi_lib  # noqa: E402
+except ImportError as exc:  # a function every supported release has is missing (tests: test_versions)
+    _sym = str(exc).rsplit("undefined symbol: ", 1)[-1].strip() if "undefined symbol" in str(exc) else ""
+    _why = (f" ({_sym} is in every DOCA release pydoca supports, from {versions.BASELINE} on)"
+            if _sym in versions.ADDED_IN else "")
+    raise BackendError(f"the {backend.name} backend at {backend.paths} (DOCA runtime {backend.version}) "
+                       f"lacks a DOCA symbol pydoca needs: {exc}{_why}") from exc
+
+DOCA_ERROR_NOT_SUPPORTED = 4
+
+
+def _read_missing() -> Dict[str, str]:
+    """The optional functions the loaded runtime lacks: name -> DOCA release that added it."""
+    out: Dict[str, str] = {}
+    for i in range(_cffi_lib.pydoca_optional_count()):
+        if not _cffi_lib.pydoca_optional_present(i):
+            name = ffi.string(_cffi_lib.pydoca_optional_name(i)).decode()
+            out[name] = versions.added_in(name)
+    return out
+
+
+_MISSING: Dict[str, str] = _read_missing()
+
+
+def missing() -> Dict[str, str]:
+    """Optional DOCA functions this runtime lacks: name -> the DOCA release that added them."""
+    return dict(_MISSING)
+
+
+def has(name: str) -> bool:
+    """Whether the runtime provides the DOCA function ``name``."""
+    return name not in _MISSING and hasattr(_cffi_lib, name)
+
+
+def not_supported(name: str, what: Optional[str] = None) -> NotSupportedError:
+    """The NotSupportedError for calling ``name``, which this runtime lacks."""
+    since = versions.added_in(name)
+    after = versions.ABSENT_IN.get(name)
+    exc = NotSupportedError(
+        f"{what or versions.feature(name)}: {name} is not in this DOCA runtime ({backend.version}); "
+        f"it needs DOCA {since} or newer" + (f" (added after {after})" if after else ""),
+        code=DOCA_ERROR_NOT_SUPPORTED)
+    exc.symbol = name
+    exc.added_in = since
+    return exc
+
+
+def require(name: str, what: Optional[str] = None) -> None:
+    """Raise NotSupportedError (naming the DOCA release) unless the runtime has ``name``."""
+    if name in _MISSING:
+        raise not_supported(name, what)
+
+
+def optional(name: str) -> Optional[Callable[..., Any]]:
+    """The DOCA function ``name``, or None when the runtime lacks it."""
+    return None if name in _MISSING else getattr(_cffi_lib, name)
+
+
+def _stub(name: str) -> Callable[..., Any]:
+    try:
+        result = ffi.typeof(ffi.addressof(_cffi_lib, name)).result.cname
+    except (AttributeError, TypeError, ffi.error):  # pragma: no cover - defensive
+        result = ""
+    if result in ("doca_error_t", "enum doca_error"):
+        def missing_call(*args: Any) -> int:
+            return DOCA_ERROR_NOT_SUPPORTED
+    else:
+        def missing_call(*args: Any) -> Any:
+            raise not_supported(name)
+    missing_call.__name__ = name
+    missing_call.__qualname__ = name
+    missing_call.__doc__ = f"{name}: not in this DOCA runtime (added in DOCA {versions.added_in(name)})"
+    return missing_call
+
+
+class _Lib:
+    """The cffi lib with stubs in place of the DOCA functions the runtime lacks."""
+
+    def __init__(self, real: Any, absent: Dict[str, str]) -> None:
+        for name in dir(real):
+            if name not in absent:
+                self.__dict__[name] = getattr(real, name)
+        for name in absent:
+            self.__dict__[name] = _stub(name)
+        self.__dict__["_pydoca_real_lib"] = real
+
+    def __getattr__(self, name: str) -> Any:   # anything dir() did not list
+        return getattr(self.__dict__["_pydoca_real_lib"], name)
+
+    def __repr__(self) -> str:
+        return f"<pydoca lib, {len(_MISSING)} DOCA function(s) missing from runtime {backend.version}>"
+
+
+lib: Any = _Lib(_cffi_lib, _MISSING) if _MISSING else _cffi_lib
+if _MISSING:
+    log.debug("optional DOCA functions missing", runtime=backend.version, missing=sorted(_MISSING))
+
+
+def missing_note(message: str) -> Optional[NotSupportedError]:
+    """For errors.check: the detailed NotSupportedError when ``message`` names a missing function."""
+    head = message.split(" ", 1)[0].split(":", 1)[0].strip() if message else ""
+    return not_supported(head) if head in _MISSING else None
+
 
 __all__ = ["ffi", "lib", "backend", "BackendInfo", "BackendError", "check_version", "parse_version",
-           "softdoca_path"]
+           "softdoca_path", "has", "missing", "not_supported", "optional", "require",
+           "SUPPORTED_MIN", "SUPPORTED_MAX"]

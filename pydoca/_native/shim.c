@@ -20,6 +20,9 @@ static void _pydoca_task_done(struct doca_task *task, uint64_t task_ud, int succ
 static void _pydoca_ctx_state(uint64_t ctx_ud, struct doca_ctx *ctx, int prev, int next);
 static void _pydoca_conn_event(int kind, struct doca_rdma_connection *conn, uint64_t conn_ud, uint64_t ctx_ud);
 
+/* In DOCA 2.9 already; weak since the batches, which fall back to doca_task_submit.
+ * The functions added after 2.9 are made weak by _build.py (versions.OPTIONAL),
+ * which appends their #pragma weak lines and the pydoca_optional_* table to this file. */
 #pragma weak doca_task_submit_ex
 
 static void pydoca_state_shim(const union doca_data ud, struct doca_ctx *ctx,

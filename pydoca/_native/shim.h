@@ -20,3 +20,8 @@ doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct d
 				      struct doca_buf **a, struct doca_buf **b, const uint32_t *imm,
 				      struct pydoca_batch *batch, struct pydoca_batch_slot *slots,
 				      uint32_t first, uint32_t count);
+
+/* Optional DOCA functions (versions.OPTIONAL, weak): name and presence, by index. */
+int pydoca_optional_count(void);
+const char *pydoca_optional_name(int i);
+int pydoca_optional_present(int i);

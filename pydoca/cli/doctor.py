@@ -31,7 +31,8 @@ def collect() -> Report:
     """Gather the doctor report as a JSON-ready dict."""
     env = os.environ.get("PYDOCA_BACKEND")
     soft_lim, hard_lim = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    report: Report = {"backend": None, "runtime_version": None, "devices": [], "PYDOCA_BACKEND": env,
+    report: Report = {"backend": None, "runtime_version": None, "optional_missing": [], "devices": [],
+                      "PYDOCA_BACKEND": env,
                       "memlock": {"soft": _limit(soft_lim), "hard": _limit(hard_lim)},
                       "sys_class_infiniband": sorted(os.listdir(SYS_IB)) if os.path.isdir(SYS_IB) else None,
                       "checks": []}
@@ -54,6 +55,7 @@ def collect() -> Report:
                "install NVIDIA DOCA (libdoca_common, libdoca_rdma) and set PYDOCA_BACKEND=doca to require it")
     else:
         _check(report, "backend", "ok", f"real DOCA {backend.version} from {', '.join(backend.paths)}")
+    _versions(report, backend)
     _devices(report)
     if report["sys_class_infiniband"] is None:
         _check(report, "kernel RDMA", "info" if soft else "error", f"{SYS_IB} does not exist",
@@ -66,6 +68,33 @@ def collect() -> Report:
            + (" (softdoca does not pin pages)" if soft and low else ""),
            "raise it: ulimit -l unlimited, or a memlock line in /etc/security/limits.conf" if low else None)
     return report
+
+
+def _versions(report: Report, backend: Any) -> None:
+    """The runtime version against the supported range, and the optional DOCA functions it lacks."""
+    from .._native import SUPPORTED_MAX, SUPPORTED_MIN, missing, versions
+
+    lo, hi = (f"{v[0]}.{v[1]}" for v in (SUPPORTED_MIN, SUPPORTED_MAX))
+    absent = missing()
+    report["supported_versions"] = {"min": lo, "max": hi}
+    report["optional_missing"] = [{"symbol": n, "added_in": v, "feature": versions.feature(n)}
+                                  for n, v in sorted(absent.items(), key=lambda kv: (kv[1], kv[0]))]
+    if backend.warning:
+        _check(report, "DOCA version", "warn", backend.warning,
+               f"pydoca was checked against DOCA {lo} to {hi}; report problems with this runtime")
+    else:
+        _check(report, "DOCA version", "ok", f"runtime {backend.version} (supported: DOCA {lo} to {hi})")
+    total = len(versions.OPTIONAL)
+    if absent:
+        newest = max(absent.values(), key=lambda v: tuple(int(x) for x in v.split(".")))
+        _check(report, "optional DOCA functions", "warn",
+               f"{len(absent)} of {total} missing from runtime {backend.version}: "
+               + "; ".join(f"{m['feature']} ({m['symbol']}, DOCA {m['added_in']})"
+                           for m in report["optional_missing"]),
+               f"those features are unavailable (NotSupportedError, or None for device facts); "
+               f"DOCA {newest} or newer has them all")
+    else:
+        _check(report, "optional DOCA functions", "ok", f"all {total} present")
 
 
 def _devices(report: Report) -> None:
@@ -96,6 +125,10 @@ def _print(report: Report) -> None:
         for attempt in b["attempts"]:
             print(f"  tried:         {attempt}")
     print(f"DOCA runtime:    {report['runtime_version'] or '-'}")
+    if report["optional_missing"]:
+        print(f"missing:         {len(report['optional_missing'])} optional DOCA function(s)")
+        for m in report["optional_missing"]:
+            print(f"  DOCA {m['added_in']:<5} {m['symbol']:<50} {m['feature']}")
     print(f"PYDOCA_BACKEND:  {report['PYDOCA_BACKEND'] or 'unset (auto)'}")
     print(f"devices:         {len(report['devices'])}")
     for d in report["devices"]:

@@ -66,7 +66,12 @@ SD_EXPORT const char *doca_error_get_descr(doca_error_t error)
 	return e ? e->descr : "Unrecognized error code";
 }
 
+/* -DSOFTDOCA_RUNTIME_VERSION='"3.0.0058"' builds a softdoca that reports another DOCA runtime version. */
+#ifndef SOFTDOCA_RUNTIME_VERSION
+#define SOFTDOCA_RUNTIME_VERSION "3.3.0 (softdoca)"
+#endif
+
 SD_EXPORT const char *doca_version_runtime(void)
 {
-	return "3.3.0 (softdoca)";
+	return SOFTDOCA_RUNTIME_VERSION;
 }
