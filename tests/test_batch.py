@@ -124,3 +124,25 @@ def test_batch_argument_errors(local: Local, peer: PeerProc) -> None:
     with pytest.raises(ValueError, match="second buffers"):
         local.rdma.write_batch(conn, src, [])
     src[0].close()
+
+
+def test_range_batch_no_buffer_objects(local: Local, peer: PeerProc) -> None:
+    """Ranges of two maps: buffers taken and returned in C; bytes land; an out-of-range task is refused."""
+    conn, started = connect(local, peer, "oob")
+    data = pattern(SIZE, seed=11)
+    mm, remote = local.local(data), local.remote(started["mmap"])
+    offs = list(range(0, SIZE, 1024))
+    batch = pydoca.TaskBatch.ranges(local.rdma, conn, "write", local.inv, mm, offs, remote, offs, [1024] * len(offs))
+    batch.submit().result(10)
+    assert batch.completed == len(offs) and batch.failed == 0
+    assert peer.call("digest")["sha"] == hashlib.sha256(bytes(data)).hexdigest()
+    back = bytearray(SIZE)
+    bm = local.local(back)
+    rb = pydoca.TaskBatch.ranges(local.rdma, conn, "read", local.inv, bm, offs, remote, offs, [1024] * len(offs))
+    rb.submit().result(10)
+    assert bytes(back) == bytes(data)
+    bad = pydoca.TaskBatch.ranges(local.rdma, conn, "write", local.inv, mm, [0, SIZE - 10], remote, [0, 0],
+                                  [1024, 1024])
+    with pytest.raises(pydoca.BatchError):
+        bad.submit().result(10)
+    assert bad.status[0] == 0 and bad.status[1] > 0                    # the second runs past the local map

@@ -68,8 +68,16 @@ static int pydoca_batch_done(struct doca_task *task, uint64_t ud, int success)
 	b = slot->batch;
 	b->status[slot->index] = success ? 0 : (int32_t)doca_task_get_status(task);
 	b->failed += success ? 0 : 1;
-	b->done++;
 	doca_task_free(task);
+	if (slot->a) {
+		doca_buf_dec_refcount(slot->a, NULL);
+		slot->a = NULL;
+	}
+	if (slot->b) {
+		doca_buf_dec_refcount(slot->b, NULL);
+		slot->b = NULL;
+	}
+	b->done++;
 	return 1;
 }
 
@@ -179,6 +187,75 @@ doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct d
 			rc = doca_task_submit(task);
 		if (rc != DOCA_SUCCESS) {
 			doca_task_free(task);
+			break;
+		}
+		batch->submitted++;
+	}
+	return rc;
+}
+
+/*
+ * A range batch: tasks [first, first+count) move len[i] bytes between local
+ * map offset loff[i] and remote map offset roff[i] (kind WRITE: local to
+ * remote; READ: remote to local). The buffers are taken from ``inv`` here and
+ * given back when each task completes, so no buffer object exists in Python.
+ */
+doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
+					     struct doca_buf_inventory *inv, struct doca_mmap *lmap, const uint64_t *loff,
+					     struct doca_mmap *rmap, const uint64_t *roff, const uint64_t *len,
+					     struct pydoca_batch *batch, struct pydoca_batch_slot *slots,
+					     uint32_t first, uint32_t count)
+{
+	void *lbase = NULL, *rbase = NULL;
+	size_t llen = 0, rlen = 0;
+	doca_error_t rc;
+	uint32_t i;
+
+	if (kind != PYDOCA_B_WRITE && kind != PYDOCA_B_READ)
+		return DOCA_ERROR_INVALID_VALUE;
+	rc = doca_mmap_get_memrange(lmap, &lbase, &llen);
+	if (rc == DOCA_SUCCESS)
+		rc = doca_mmap_get_memrange(rmap, &rbase, &rlen);
+	if (rc != DOCA_SUCCESS)
+		return rc;
+	for (i = first; i < first + count && i < batch->n; i++) {
+		struct doca_buf *local = NULL, *remote = NULL;
+		struct doca_task *task = NULL;
+		union doca_data ud;
+		int last = (i + 1 == first + count) || (i + 1 == batch->n);
+		uint8_t *la = (uint8_t *)lbase + loff[i], *ra = (uint8_t *)rbase + roff[i];
+		int write = kind == PYDOCA_B_WRITE;
+
+		if (len[i] == 0 || loff[i] > llen || len[i] > llen - loff[i] || roff[i] > rlen || len[i] > rlen - roff[i]) {
+			rc = DOCA_ERROR_INVALID_VALUE;
+			break;
+		}
+		rc = doca_buf_inventory_buf_get_by_args(inv, lmap, la, len[i], la, write ? len[i] : 0, &local);
+		if (rc != DOCA_SUCCESS)
+			break;
+		rc = doca_buf_inventory_buf_get_by_args(inv, rmap, ra, len[i], ra, write ? 0 : len[i], &remote);
+		if (rc != DOCA_SUCCESS) {
+			doca_buf_dec_refcount(local, NULL);
+			break;
+		}
+		slots[i].batch = batch;
+		slots[i].index = i;
+		slots[i].a = local;
+		slots[i].b = remote;
+		ud.u64 = (uint64_t)(uintptr_t)&slots[i] | PYDOCA_BATCH_TAG;
+		rc = pydoca_batch_alloc(rdma, kind, conn, write ? local : remote, write ? remote : local, 0, ud, &task);
+		if (rc == DOCA_SUCCESS) {
+			if (doca_task_submit_ex)
+				rc = doca_task_submit_ex(task, last ? DOCA_TASK_SUBMIT_FLAG_FLUSH : DOCA_TASK_SUBMIT_FLAG_NONE);
+			else
+				rc = doca_task_submit(task);
+			if (rc != DOCA_SUCCESS)
+				doca_task_free(task);
+		}
+		if (rc != DOCA_SUCCESS) {
+			doca_buf_dec_refcount(local, NULL);
+			doca_buf_dec_refcount(remote, NULL);
+			slots[i].a = slots[i].b = NULL;
 			break;
 		}
 		batch->submitted++;

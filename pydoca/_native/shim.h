@@ -21,6 +21,12 @@ doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct d
 				      struct pydoca_batch *batch, struct pydoca_batch_slot *slots,
 				      uint32_t first, uint32_t count);
 
+doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
+					     struct doca_buf_inventory *inv, struct doca_mmap *lmap, const uint64_t *loff,
+					     struct doca_mmap *rmap, const uint64_t *roff, const uint64_t *len,
+					     struct pydoca_batch *batch, struct pydoca_batch_slot *slots,
+					     uint32_t first, uint32_t count);
+
 /* Optional DOCA functions (versions.OPTIONAL, weak): name and presence, by index. */
 int pydoca_optional_count(void);
 const char *pydoca_optional_name(int i);

@@ -11,4 +11,6 @@ struct pydoca_batch_slot {
 	struct pydoca_batch *batch;
 	uint32_t index;
 	uint32_t pad;
+	struct doca_buf *a;      /* buffers a range batch took from its inventory (released on completion) */
+	struct doca_buf *b;
 };

@@ -58,7 +58,7 @@ class TaskBatch:
         self._a = ffi.new("struct doca_buf *[]", [x.handle for x in a])
         self._b = ffi.new("struct doca_buf *[]", [x.handle for x in b]) if b is not None else ffi.NULL
         self._imm = ffi.new("uint32_t[]", [to_be32(i) for i in imm]) if imm is not None else ffi.NULL
-        self._keep = (a, b)
+        self._keep: Tuple[Any, ...] = (a, b)
         maps: Dict[int, Any] = {}
         for buf in list(a) + list(b or ()):
             m = getattr(buf, "mmap", None)
@@ -67,6 +67,36 @@ class TaskBatch:
         self._maps = list(maps.values())
         self._refused = 0
         self._running = False
+        self._ranges: Optional[Tuple[Any, ...]] = None
+
+    @classmethod
+    def ranges(cls, rdma: "Rdma", conn: "Connection", kind: str, inventory: Any, local: Any,
+               local_offsets: Sequence[int], remote: Any, remote_offsets: Sequence[int],
+               lengths: Sequence[int]) -> "TaskBatch":
+        """A write (local -> remote) or read batch over byte ranges of two MemoryMaps: the buffers are
+        taken from ``inventory`` in C and given back as each task completes (no Buffer objects at all)."""
+        if kind not in ("write", "read"):
+            raise ValueError(f"a range batch is write or read, not {kind!r}")
+        lo = np.ascontiguousarray(local_offsets, dtype=np.uint64)
+        ro = np.ascontiguousarray(remote_offsets, dtype=np.uint64)
+        ln = np.ascontiguousarray(lengths, dtype=np.uint64)
+        if not len(lo) == len(ro) == len(ln) or len(ln) == 0:
+            raise ValueError("a range batch needs as many local offsets, remote offsets and lengths (at least one)")
+        self = cls.__new__(cls)
+        self.ctx, self.conn, self.kind, self.n = rdma, conn, kind, len(ln)
+        self._id = callbacks.new_id()
+        self.status = np.full(self.n, -1, dtype=np.int32)
+        self._c = ffi.new("struct pydoca_batch *")
+        self._c.n = self.n
+        self._c.status = ffi.cast("int32_t *", ffi.from_buffer(self.status))
+        self._slots = ffi.new("struct pydoca_batch_slot[]", self.n)
+        self._a = self._b = self._imm = ffi.NULL
+        self._keep = (inventory, local, remote, lo, ro, ln)
+        self._maps = [m for m in (local, remote) if m is not None]
+        self._refused, self._running = 0, False
+        self._ranges = (inventory.handle, local.handle, ffi.cast("uint64_t *", ffi.from_buffer(lo)), remote.handle,
+                        ffi.cast("uint64_t *", ffi.from_buffer(ro)), ffi.cast("uint64_t *", ffi.from_buffer(ln)))
+        return self
 
     # -- state -----------------------------------------------------------------
     @property
@@ -108,8 +138,12 @@ class TaskBatch:
         if left <= 0:
             return
         first = self.submitted + self._refused
-        rc = lib.pydoca_rdma_batch_submit(self.ctx._rdma, KINDS[self.kind], self.conn.handle, self._a, self._b,
-                                          self._imm, self._c, self._slots, first, left)
+        if self._ranges is not None:
+            rc = lib.pydoca_rdma_batch_submit_ranges(self.ctx._rdma, KINDS[self.kind], self.conn.handle,
+                                                     *self._ranges, self._c, self._slots, first, left)
+        else:
+            rc = lib.pydoca_rdma_batch_submit(self.ctx._rdma, KINDS[self.kind], self.conn.handle, self._a, self._b,
+                                              self._imm, self._c, self._slots, first, left)
         if rc == 0:
             return
         if rc == _NO_MEMORY and self.submitted > self.completed:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import select
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -61,7 +61,6 @@ class _Part:
     batch: "TaskBatch"
     owners: np.ndarray                 # request index of each task
     sizes: np.ndarray                  # bytes of each task
-    bufs: List[Any] = field(default_factory=list)
 
 
 class TransferBatch:
@@ -155,10 +154,6 @@ class TransferBatch:
         if self._released:
             return
         self._released = True
-        for p in self._parts:
-            for b in p.bufs:
-                b.close()
-            p.bufs.clear()
         for fn in self._cleanup:
             fn()
 

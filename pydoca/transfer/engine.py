@@ -244,7 +244,7 @@ class TransferEngine:
     def submit(self, requests: Sequence[Request]) -> TransferBatch:
         """Slice and submit every request; returns at once with the batch handle."""
         self._check()
-        plan: Dict[Tuple[int, bool], Dict[str, List[Any]]] = {}   # (connection id, is_read) -> slices
+        plan: Dict[Tuple[int, bool, int, int], Dict[str, Any]] = {}    # (connection, read?, local map, remote map)
         conns: Dict[int, Requester] = {}
         cleanup: List[Callable[[], None]] = []
         early: List[Tuple[int, Exception]] = []
@@ -254,17 +254,16 @@ class TransferEngine:
             except (TransferError, ValueError) as exc:
                 early.append((i, exc))
         parts: List[_Part] = []
-        for (cid, is_read), sl in plan.items():
+        for (cid, is_read, _, _), sl in plan.items():
             conn = conns[cid]
-            a, b = (sl["remote"], sl["local"]) if is_read else (sl["local"], sl["remote"])
-            batch = TaskBatch(conn.rdma, conn._conn(), "read" if is_read else "write", a, b)
-            parts.append(_Part(batch, np.array(sl["owner"], dtype=np.int64), np.array(sl["size"], dtype=np.int64),
-                               sl["local"] + sl["remote"]))
+            batch = TaskBatch.ranges(conn.rdma, conn._conn(), "read" if is_read else "write", self.inventory,
+                                     sl["lmap"], sl["loff"], sl["rmap"], sl["roff"], sl["size"])
+            parts.append(_Part(batch, np.array(sl["owner"], dtype=np.int64), np.array(sl["size"], dtype=np.int64)))
             batch.submit()
         return TransferBatch(requests, parts, list({id(c.pe): c.pe for c in conns.values()}.values()), cleanup,
                              early)
 
-    def _plan(self, i: int, req: Request, plan: Dict[Tuple[int, bool], Dict[str, List[Any]]],
+    def _plan(self, i: int, req: Request, plan: Dict[Tuple[int, bool, int, int], Dict[str, Any]],
               conns: Dict[int, Requester], cleanup: List[Callable[[], None]]) -> None:
         op = Op(req.op)
         remote = self.open_segment(req.remote) if isinstance(req.remote, str) else req.remote
@@ -282,17 +281,18 @@ class TransferEngine:
                 remote.rmap.close()
             remote.check()
         n = len(peer.conns)
+        is_read = op is Op.READ
         for k, start in enumerate(range(0, req.length, self.slice_size)):
-            size = min(self.slice_size, req.length - start)
             conn = peer.conns[(peer.next + k) % n]
             conns[id(conn)] = conn
-            sl = plan.setdefault((id(conn), op is Op.READ), {"local": [], "remote": [], "owner": [], "size": []})
-            is_read = op is Op.READ
-            sl["local"].append(self.inventory.buffer(lmap, offset=loff + start, length=size, empty=is_read))
-            sl["remote"].append(self.inventory.buffer(remote.rmap, offset=req.remote_offset + start, length=size,
-                                                      empty=not is_read))
+            sl = plan.get((id(conn), is_read, id(lmap), id(remote.rmap)))
+            if sl is None:
+                sl = plan[(id(conn), is_read, id(lmap), id(remote.rmap))] = {
+                    "lmap": lmap, "rmap": remote.rmap, "loff": [], "roff": [], "size": [], "owner": []}
+            sl["loff"].append(loff + start)
+            sl["roff"].append(req.remote_offset + start)
+            sl["size"].append(min(self.slice_size, req.length - start))
             sl["owner"].append(i)
-            sl["size"].append(size)
         peer.next = (peer.next + 1) % n
 
     def _local(self, req: Request, op: Op, cleanup: List[Callable[[], None]]) -> Tuple[MemoryMap, int]:
