@@ -168,3 +168,17 @@ def test_token_file_cli(tmp_path: Path) -> None:
         assert bad.finish(30) != 0 and "at least 16" in bad.stderr
     finally:
         srv.kill()
+
+
+def test_discover_published_service(tmp_path: Path) -> None:
+    from pydoca.transfer import EmbeddedStore
+    store = f"dir:{tmp_path / 'meta'}"
+    srv = Server(write_spec(tmp_path), "--publish", store)
+    try:
+        with Requester.discover("testsvc", EmbeddedStore(str(tmp_path / "meta")), timeout=5) as req:
+            assert req.call("/echo", b"found") == b"found" and req.service == "testsvc"
+        srv.kill()                                                         # its pid lease ends
+        with pytest.raises(Unavailable, match="no responder publishes"):
+            Requester.discover("testsvc", EmbeddedStore(str(tmp_path / "meta")))
+    finally:
+        srv.kill()

@@ -185,3 +185,17 @@ def test_etcd_publish_lookup_and_lease(etcd: Etcd) -> None:
     finally:
         for t in peers:
             t.kill()
+
+
+def test_topology_choice() -> None:
+    import pydoca
+    from pydoca.transfer.topology import choose_device, device_numa, memory_numa
+    arr = np.ones(1 << 16, dtype=np.uint8)
+    node = memory_numa(arr.ctypes.data)
+    assert node >= 0 or node == -1
+    devs = pydoca.devices()
+    lo = next(d for d in devs if d.iface_name == "lo")
+    assert device_numa(lo) == -1                                      # loopback has no NUMA node
+    assert choose_device(devs, matrix={"*": ["lo"]}) is lo            # the matrix overrides
+    with TransferEngine("0.0.0.0:0", topology={f"numa:{node}": ["lo"], "*": ["lo"]}) as te:
+        assert te.dev.info.iface_name == "lo" and te.address.startswith("127.0.0.1:")

@@ -19,6 +19,9 @@ def register(subparsers: Any) -> None:
                    help="require the token in FILE (hex or raw bytes, at least 16 bytes); it never travels")
     p.add_argument("--allow", action="append", metavar="CIDR",
                    help="accept connections only from these addresses/networks (repeatable)")
+    p.add_argument("--publish", metavar="STORE",
+                   help="publish the service in a metadata store (dir:/path or etcd://host:port) for "
+                        "Requester.discover")
     p.add_argument("--device", metavar="IBDEV", help="DOCA device (default: the one with the listen address)")
     p.add_argument("--max-connections", type=int, default=32, metavar="N")
     p.add_argument("--workers", type=int, default=4, metavar="N", help="handler threads (default 4)")
@@ -62,9 +65,15 @@ def run(args: argparse.Namespace) -> int:
     def stop(_sig: int, _frame: Any) -> None:
         resp.stop()
 
+    store = None
+    if args.publish:
+        from ..transfer.metadata import open_store
+        store = open_store(args.publish)
     with resp:
         if args.descriptor_file:
             resp.write_descriptor(args.descriptor_file)
+        if store is not None:
+            resp.publish(store)
         old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             extra = f", descriptor file {args.descriptor_file}" if args.descriptor_file else ""
@@ -74,5 +83,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+    if store is not None:
+        store.close()
     print("pydoca serve: stopped", file=sys.stderr, flush=True)
     return 0

@@ -142,6 +142,22 @@ class Requester:
                                   f"(the file is stale or the responder is down): {exc}") from None
 
     @classmethod
+    def discover(cls, service: str, store: Any, **kw: Any) -> "Requester":
+        """Connect to a live responder that published ``service`` in a metadata store (see
+        ``Responder.publish``); tries each published address in turn (Unavailable if none answers)."""
+        entries = store.list(f"/pydoca/services/{service}/")
+        if not entries:
+            raise Unavailable(f"no responder publishes service {service!r} in the metadata store")
+        errors = []
+        for key, doc in sorted(entries.items()):
+            address = f"{doc.get('address')}:{doc.get('port')}"
+            try:
+                return cls.connect(address, expect_instance=doc.get("instance"), **kw)
+            except (PeerError, DocaError) as exc:
+                errors.append(f"{address}: {exc}")
+        raise Unavailable(f"no published responder of {service!r} answers: {'; '.join(errors)[:500]}")
+
+    @classmethod
     def open(cls, target: str, **kw: Any) -> "Requester":
         """``from_descriptor`` when ``target`` is a file, ``connect`` when it is ``HOST:PORT``."""
         if os.path.isfile(target):

@@ -101,6 +101,7 @@ class Responder:
         self._started = False
         self._closed = False
         self._descriptor_path: Optional[str] = None
+        self._published: List[Tuple[Any, str]] = []
         self._resources: List[Any] = []
         self.refused = 0
 
@@ -271,6 +272,12 @@ class Responder:
             return
         self._closed = True
         self._remove_descriptor()
+        for store, key in self._published:
+            try:
+                store.delete(key)
+            except Exception as exc:  # noqa: BLE001 - the lease withdraws it anyway
+                log.warning("could not withdraw the published service", key=key, error=str(exc))
+        self._published.clear()
         channel: Optional[Channel] = getattr(self, "channel", None)
         if channel is not None:
             channel.closing = True
@@ -297,6 +304,15 @@ class Responder:
         from .files import responder_payload
         return responder_payload(self.name, self.host, self.port, self.instance, self.token,
                                  [(e.id, e.path, e.kind.value, e.size) for e in self.endpoints])
+
+    def publish(self, store: Any) -> str:
+        """Publish this responder in a metadata store (anything with ``put(key, dict)``, e.g.
+        ``pydoca.transfer.open_store("etcd://...")``) under its lease; ``Requester.discover(name, store)``
+        finds it. Returns the key; ``close()`` withdraws it."""
+        key = f"/pydoca/services/{self.name}/{self.address}"
+        store.put(key, {**self.descriptor(), "token": None, "key": key})
+        self._published.append((store, key))
+        return key
 
     def write_descriptor(self, path: str) -> None:
         """Write the descriptor file (atomic, mode 0600); removed again by ``close()``."""

@@ -33,6 +33,7 @@ from .batch import Op, Request, TransferBatch, _Part
 from .errors import SegmentNotFound, StaleSegment, TransferError
 from .metadata import PREFIX, MetadataStore, open_store
 from .segments import LocalSegment, RemoteSegment, as_memory
+from .topology import Matrix, choose_device, memory_numa
 
 log = get_logger()
 SEGMENTS = f"{PREFIX}/segments/"
@@ -55,8 +56,12 @@ class TransferEngine:
     def __init__(self, listen: str = "127.0.0.1:0", *, metadata: Union[MetadataStore, str, None] = None,
                  device: Optional[str] = None, connections_per_peer: int = 2, slice_size: int = 1 << 20,
                  max_inflight: int = 512, token: Optional[bytes] = None, idle_timeout: float = 60.0,
-                 timeout: float = 10.0, staging_size: int = 4 << 20) -> None:
+                 timeout: float = 10.0, staging_size: int = 4 << 20, topology: Optional[Matrix] = None) -> None:
+        """``listen`` on a wildcard address (``0.0.0.0:PORT``) without ``device`` picks the device by
+        topology: ``topology`` (a priority matrix, see pydoca.transfer.topology), else NUMA locality."""
         host, port = split_address(listen) if not listen.endswith(":0") else (listen.rsplit(":", 1)[0], 0)
+        if device is None and host in ("0.0.0.0", "::", "*"):
+            device, host = _by_topology(topology)
         self.host, self.port = host, port or _free_port(host)
         self.store = metadata if isinstance(metadata, MetadataStore) else open_store(metadata)
         self.device_name, self.token, self.timeout = device, token, timeout
@@ -323,6 +328,17 @@ class TransferEngine:
 
     def __repr__(self) -> str:
         return f"<TransferEngine {self.address} segments={len(self.segments)} peers={len(self._peers)}>"
+
+
+def _by_topology(matrix: Optional[Matrix]) -> Tuple[str, str]:
+    """(device name, its address) for memory local to this thread (first touch decides its node)."""
+    import ctypes
+
+    from ..device import devices
+    probe = (ctypes.c_uint8 * 4096)()
+    probe[0] = 1
+    dev = choose_device(devices(), memory_node=memory_numa(ctypes.addressof(probe)), matrix=matrix)
+    return dev.ibdev_name, str(dev.ipv4 or dev.ipv6)
 
 
 def _free_port(host: str) -> int:
