@@ -199,3 +199,19 @@ def test_topology_choice() -> None:
     assert choose_device(devs, matrix={"*": ["lo"]}) is lo            # the matrix overrides
     with TransferEngine("0.0.0.0:0", topology={f"numa:{node}": ["lo"], "*": ["lo"]}) as te:
         assert te.dev.info.iface_name == "lo" and te.address.startswith("127.0.0.1:")
+
+
+def test_async_batches(engine: TransferEngine) -> None:
+    import asyncio
+    target = Target("seg:8MiB:pattern")
+    try:
+        remote = engine.open_segment(f"{target.address}/seg")
+        outs = [bytearray(MiB) for _ in range(8)]
+
+        async def main() -> None:
+            batches = [engine.submit([Request("read", outs[i], remote, MiB, remote_offset=i * MiB)]) for i in range(8)]
+            await asyncio.wait_for(asyncio.gather(*batches), 20)
+        asyncio.run(main())
+        assert b"".join(outs) == pattern(8 * MiB).tobytes()
+    finally:
+        target.kill()

@@ -162,8 +162,17 @@ class TransferBatch:
 
     async def _await(self) -> "TransferBatch":
         import asyncio
-        while not self.poll():
-            await asyncio.sleep(0.0005)
+
+        from ..aio import wait_for
+
+        def finished() -> bool:
+            for p in self._parts:
+                p.batch._pump()
+                p.batch._finish_if_done()
+            return self.done
+        # each engine is driven from the loop through its notification fd (pydoca.aio)
+        await asyncio.gather(*(wait_for(pe, finished, timeout=None) for pe in self._engines if not pe.closed))
+        self.poll()
         return self
 
 
