@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .memory import Access as Access, MemoryMap as MemoryMap
     from .pe import ProgressEngine as ProgressEngine, ProgressMode as ProgressMode
     from .rdma import Connection as Connection, ConnectionState as ConnectionState, Opcode as Opcode, Rdma as Rdma, Received as Received
+    from .rdma import BatchError as BatchError, TaskBatch as TaskBatch
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,7 @@ _WHERE = {
     "Access": ".memory", "MemoryMap": ".memory",
     "ProgressEngine": ".pe", "ProgressMode": ".pe",
     "Connection": ".rdma", "ConnectionState": ".rdma", "Opcode": ".rdma", "Rdma": ".rdma", "Received": ".rdma",
+    "BatchError": ".rdma", "TaskBatch": ".rdma",
 }
 
 __all__ = sorted(_WHERE) + ["__version__"]

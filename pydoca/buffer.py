@@ -8,8 +8,7 @@ it is a cheap refcounted descriptor, often a temporary passed to a task.
 """
 from __future__ import annotations
 
-import weakref
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -21,12 +20,6 @@ from .memory import MemoryMap
 from .resource import Resource
 
 log = get_logger()
-
-
-def _link(owner: Resource, child: Resource) -> None:
-    """Register ``child`` as an extra (weak) child of ``owner``: closed before it."""
-    owner._check_open()
-    owner._children[child._seq] = child
 
 
 def _destroy_inventory(handle: Any, state: Dict[str, bool]) -> None:
@@ -41,20 +34,6 @@ def _release_buf(handle: Any, mmap: MemoryMap) -> None:
     count = ffi.new("uint16_t *")
     check(lib.doca_buf_dec_refcount(handle, count), "doca_buf_dec_refcount")
     del mmap
-
-
-def _collected(name: str, destroy: Callable[[], Any], parent: Optional[Resource]) -> None:
-    """Finalizer of a Buffer collected unclosed: a normal release, so no ResourceWarning.
-
-    A Buffer is a refcounted descriptor, typically a temporary handed to a task;
-    dropping it just returns the descriptor to its inventory. Same argument
-    layout as the Resource finalizer, so ``Resource.close`` can detach it.
-    """
-    try:
-        destroy()
-    except Exception as exc:  # noqa: BLE001 - nothing can be raised from a finalizer
-        log.error("buffer release failed", resource=name, error=str(exc))
-    del parent
 
 
 def _uint(name: str, value: int) -> int:
@@ -137,6 +116,8 @@ class BufferInventory(Resource):
 class Buffer(Resource):
     """One ``doca_buf``: a range of a MemoryMap and its data section."""
 
+    _quiet_collect = True   # a collected Buffer is a normal release (see the module docstring)
+
     _inventory: BufferInventory
     _mmap: MemoryMap
     _handle: Any
@@ -147,9 +128,8 @@ class Buffer(Resource):
         buf = cls.__new__(cls)
         Resource.__init__(buf, inventory)
         buf._inventory, buf._mmap, buf._handle = inventory, mmap, handle
-        buf._finalizer = weakref.finalize(buf, _collected, cls.__name__, lambda: _release_buf(handle, mmap),
-                                          inventory)
-        _link(mmap, buf)
+        buf._arm(lambda: _release_buf(handle, mmap))
+        buf._add_owner(mmap)
         return buf
 
     def __init__(self) -> None:

@@ -29,6 +29,25 @@ class CtxState(enum.IntEnum):
     STOPPING = 3
 
 
+#: How long a context collected (or left at exit) without close() may take to
+#: stop: its in-flight tasks are flushed and delivered within this bound.
+FINALIZE_STOP_BOUND = 2.0
+
+
+def _stop_then_destroy(c_ctx: Any, pe_handle: Any, destroy: Callable[[], Any]) -> None:
+    """Finalizer path of a context: stop it (flushing its tasks, progressing its
+    engine for at most FINALIZE_STOP_BOUND seconds), then destroy it."""
+    state = ffi.new("enum doca_ctx_states *")
+    if lib.doca_ctx_get_state(c_ctx, state) == 0 and state[0] != lib.DOCA_CTX_STATE_IDLE:
+        lib.doca_ctx_stop(c_ctx)
+        deadline = time.monotonic() + FINALIZE_STOP_BOUND
+        while (lib.doca_ctx_get_state(c_ctx, state) == 0 and state[0] != lib.DOCA_CTX_STATE_IDLE
+               and time.monotonic() < deadline):
+            if not lib.doca_pe_progress(pe_handle):
+                time.sleep(0.0005)
+    destroy()
+
+
 class Context(Resource):
     """Base for DOCA contexts (``doca_ctx``). Subclasses create the concrete
     object, then call ``_attach(ctx_ptr)`` before configuring and starting."""
@@ -39,9 +58,9 @@ class Context(Resource):
         super().__init__(pe)
         self.pe = pe
         self._owners = owners
-        for owner in owners:          # closing any owner closes this context first
-            owner._check_open()
-            owner._children[self._seq] = self
+        self._node.context = True     # at exit, contexts are stopped before anything else
+        for owner in owners:          # closing (or collecting) any owner closes this context first
+            self._add_owner(owner)
         self._ctx: Any = ffi.NULL
         self._id = callbacks.new_id()
         self.state_history: List[tuple[CtxState, CtxState]] = []
@@ -49,6 +68,10 @@ class Context(Resource):
 
     def _attach(self, c_ctx: Any) -> None:
         self._ctx = c_ctx
+        destroy = self._node.destroy
+        if destroy is not None:       # collected or left at exit while running: stop, then destroy
+            pe_handle = self.pe.handle
+            self._node.destroy = lambda: _stop_then_destroy(c_ctx, pe_handle, destroy)
         callbacks.contexts[self._id] = self
         data = ffi.new("union doca_data *")
         data.u64 = self._id
@@ -112,6 +135,30 @@ class Context(Resource):
                 owner._children.pop(self._seq, None)
 
 
+_detail_fn: Any = None
+
+
+def _soft_detail(c_task: Any) -> str:
+    """softdoca's words for why c_task failed ("; target refused: remote mmap
+    ... lacks RDMA_WRITE ..."), or "" (real DOCA has no such getter)."""
+    global _detail_fn
+    try:
+        if _detail_fn is None:
+            from ._native import backend
+            _detail_fn = False
+            if backend.name == "soft":
+                import ctypes
+                fn = ctypes.CDLL(backend.paths[0]).softdoca_task_get_error_detail
+                fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_char_p
+                _detail_fn = fn
+        if not _detail_fn:
+            return ""
+        text = _detail_fn(int(ffi.cast("uintptr_t", c_task)))
+        return f": {text.decode(errors='replace')}" if text else ""
+    except Exception:  # noqa: BLE001 - a detail only
+        return ""
+
+
 class TaskStatus(enum.Enum):
     PENDING = "pending"
     SUCCEEDED = "succeeded"
@@ -148,18 +195,23 @@ class Task(Generic[T]):
         rc = lib.doca_task_submit(c_task)
         if rc != 0:
             callbacks.tasks.pop(self._id, None)
+            why = _soft_detail(c_task)
             lib.doca_task_free(c_task)
             self._c_task = ffi.NULL
-            check(rc, f"submit {type(self).__name__}")
+            check(rc, f"submit {type(self).__name__}{self._detail()}{why}")
         self._maps = [m for m in (getattr(b, "mmap", None) for b in self._keep) if m is not None]
-        for m in self._maps:           # a MemoryMap refuses to close under an in-flight task
-            m._inflight += 1
+        for m in self._maps:           # a closing MemoryMap first waits for (or flushes) these
+            m._tasks[self._id] = self
         return self
 
     def _release_maps(self) -> None:
         for m in self._maps:
-            m._inflight -= 1
+            m._tasks.pop(self._id, None)
         self._maps = []
+
+    def _detail(self) -> str:
+        """Extra words for an error message (the buffer sizes involved), or ""."""
+        return ""
 
     def _collect(self, c_task: Any) -> Optional[T]:
         """Read the task's results before it is freed (subclasses)."""
@@ -172,7 +224,7 @@ class Task(Generic[T]):
                 self.status = TaskStatus.SUCCEEDED
             else:
                 rc = int(lib.doca_task_get_status(c_task))
-                self.error = error_for(rc or 1, f"{type(self).__name__} failed")
+                self.error = error_for(rc or 1, f"{type(self).__name__} failed{self._detail()}{_soft_detail(c_task)}")
                 self.status = TaskStatus.FAILED
         finally:
             lib.doca_task_free(c_task)

@@ -141,19 +141,63 @@ class MemoryMap(Resource):
         except Exception as exc:  # noqa: BLE001 - the construction error matters more
             log.error("cleanup after failed MemoryMap setup failed", error=str(exc))
 
-    _inflight = 0   # tasks in flight that use this memory (maintained by pydoca.ctx.Task)
+    #: Seconds ``close()`` progresses the engines of tasks still using this
+    #: memory before it stops their contexts to flush them (see ``close``).
+    CLOSE_DRAIN_BOUND = 1.0
 
-    def close(self) -> None:
+    @property
+    def _tasks(self) -> Dict[int, Any]:
+        """Tasks in flight that use this memory (maintained by pydoca.ctx.Task)."""
+        tasks: Optional[Dict[int, Any]] = self.__dict__.get("_task_map")
+        if tasks is None:
+            tasks = self.__dict__["_task_map"] = {}
+        return tasks
+
+    @property
+    def _inflight(self) -> int:
+        return len(self._tasks)
+
+    def close(self, timeout: Optional[float] = None) -> None:
         """Close buffers on this map, stop and destroy it, then unpin the memory.
-        Refused (InUseError) while a task using the memory is in flight: stop
-        the Rdma context or wait for the task first, so the engine never
-        touches memory that was handed back."""
-        if not self.closed and self._inflight > 0:
-            from .errors import InUseError
-            raise InUseError(f"{self._inflight} task(s) in flight use this memory", code=InUseError.code)
+
+        Tasks still in flight on this memory are finished first, so the engine
+        never touches memory that was handed back: their progress engines are
+        progressed until they complete, for at most ``timeout`` seconds
+        (default :attr:`CLOSE_DRAIN_BOUND`, 1 s); tasks still pending then
+        (a posted receive nobody sends to) are flushed by stopping the
+        contexts that own them (``Context.stop``: every task of those
+        contexts fails with an error, their connections end). InUseError only
+        if they cannot be stopped either."""
+        if not self.closed and self._tasks:
+            self._drain(self.CLOSE_DRAIN_BOUND if timeout is None else timeout)
         super().close()
         self._pin = None
         self._obj = None
+
+    def _drain(self, timeout: float) -> None:
+        import time
+        deadline = time.monotonic() + timeout
+        while self._tasks and time.monotonic() < deadline:
+            engines = {id(t.ctx.pe): t.ctx.pe for t in list(self._tasks.values()) if not t.ctx.pe.closed}
+            if not engines:
+                break
+            for pe in engines.values():
+                if len(engines) == 1:
+                    pe.wait(max(0.0, min(0.05, deadline - time.monotonic())))
+                else:
+                    pe.progress()
+        if not self._tasks:
+            return
+        contexts = {id(t.ctx): t.ctx for t in list(self._tasks.values())}
+        log.warning("closing a MemoryMap with tasks in flight: stopping their contexts to flush them",
+                    tasks=len(self._tasks), contexts=len(contexts), waited_s=timeout)
+        for ctx in contexts.values():
+            if not ctx.closed:
+                ctx.stop()
+        if self._tasks:
+            from .errors import InUseError
+            raise InUseError(f"{len(self._tasks)} task(s) in flight still use this memory after their "
+                             "contexts were stopped; close the contexts first", code=InUseError.code)
 
     def export_rdma(self) -> bytes:
         """A copy of the descriptor a peer passes to :meth:`from_export`."""

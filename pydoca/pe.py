@@ -41,7 +41,7 @@ class ProgressEngine(Resource):
             raise
         self._fd = int(handle[0])
         pe = self._pe
-        self._arm(lambda: lib.doca_pe_destroy(pe))
+        self._arm(lambda: check(lib.doca_pe_destroy(pe), "doca_pe_destroy"))
 
     @property
     def handle(self) -> object:

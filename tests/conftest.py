@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import gc
-from typing import Callable, Iterator
+from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 
@@ -32,3 +32,38 @@ def gc_collect() -> Callable[[], None]:
         for _ in range(3):
             gc.collect()
     return collect
+
+
+# -- reliability figures: tests append rows, printed as one table at the end ------------
+_RELIABILITY_ROWS: List[Dict[str, Any]] = []
+
+
+class ReliabilityReport:
+    """Rows for the end-of-run reliability table (tests/test_reliability_*.py)."""
+
+    def add(self, name: str, *, trials: int, passed: int, failed: int, **figures: Any) -> None:
+        _RELIABILITY_ROWS.append({"name": name, "trials": trials, "passed": passed, "failed": failed,
+                                  "figures": figures})
+
+
+@pytest.fixture
+def reliability_report() -> ReliabilityReport:
+    return ReliabilityReport()
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _RELIABILITY_ROWS:
+        return
+    tr = terminalreporter
+    tr.section("reliability figures")
+    width = max(len(r["name"]) for r in _RELIABILITY_ROWS)
+    tr.write_line(f"{'test':<{width}}  {'trials':>6} {'passed':>6} {'failed':>6}  figures")
+    for r in _RELIABILITY_ROWS:
+        figs = " ".join(f"{k}={_fmt(v)}" for k, v in r["figures"].items())
+        tr.write_line(f"{r['name']:<{width}}  {r['trials']:>6} {r['passed']:>6} {r['failed']:>6}  {figs}")

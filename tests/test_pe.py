@@ -74,18 +74,24 @@ def test_close_order_and_idempotence() -> None:
         rdma.export()
 
 
-def test_memory_under_an_inflight_task_cannot_be_closed_and_contexts_close_first() -> None:
+def test_memory_under_an_inflight_task_flushes_it_first_and_contexts_close_first() -> None:
     dev = pydoca.Device.open(iface="lo")
     pe = pydoca.ProgressEngine()
     rdma = pydoca.Rdma(dev, pe)
     mm = pydoca.MemoryMap(dev, bytearray(4096), access=pydoca.Access.LOCAL_READ_WRITE)  # created after rdma
     inv = pydoca.BufferInventory(4)
     task = rdma.receive(inv.buffer(mm, empty=True))
-    with pytest.raises(E.InUseError):
-        mm.close()
-    assert not mm.closed
-    dev.close()      # the Rdma context goes first: its stop fails the receive, then the memory is released
+    t0 = time.monotonic()
+    mm.close(timeout=0.2)   # the receive never completes: after 0.2 s its context is stopped, flushing it
+    assert time.monotonic() - t0 < 0.2 + 2.0
     assert task.done and isinstance(task.error, E.DocaError)
-    assert rdma.closed and mm.closed
+    assert mm.closed and rdma.state is pydoca.CtxState.IDLE
+    # and closing an owner closes its contexts before its memory
+    mm2 = pydoca.MemoryMap(dev, bytearray(4096), access=pydoca.Access.LOCAL_READ_WRITE)
+    rdma.start()
+    task2 = rdma.receive(inv.buffer(mm2, empty=True))
+    dev.close()      # the Rdma context goes first: its stop fails the receive, then the memory is released
+    assert task2.done and isinstance(task2.error, E.DocaError)
+    assert rdma.closed and mm2.closed
     inv.close()
     pe.close()

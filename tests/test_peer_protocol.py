@@ -106,7 +106,7 @@ def test_spec_parse(tmp_path: Path) -> None:
     spec = load_spec(str(path))
     assert spec.name == "svc" and spec.base_dir == str(tmp_path)
     assert [(e.path, e.kind, e.size, e.queue) for e in spec.endpoints] == [
-        ("/a", Kind.WRITE, 1024, 16), ("/b/c", Kind.CALL, 64, 0)]
+        ("/a", Kind.WRITE, 1024, None), ("/b/c", Kind.CALL, 64, 0)]
 
 
 @pytest.mark.parametrize("doc, why", [

@@ -11,6 +11,7 @@ unwind into C: it is stored and re-raised by ``ProgressEngine.progress()``.
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Any, Dict, List, Protocol
 
 from . import ffi
@@ -29,7 +30,9 @@ class CtxSink(Protocol):
 
 
 tasks: Dict[int, TaskSink] = {}
-contexts: Dict[int, CtxSink] = {}
+# weak: an unreferenced context is collected (and stopped, then destroyed) like any
+# resource; its in-flight tasks reference it, so it lives at least as long as they do
+contexts: "weakref.WeakValueDictionary[int, CtxSink]" = weakref.WeakValueDictionary()
 pending_errors: List[BaseException] = []
 
 

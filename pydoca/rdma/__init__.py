@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import collections
 import ipaddress
+import socket
+import time
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Union
 
 from pydoca._log import get_logger
@@ -22,11 +24,12 @@ from .._native import ffi, lib
 from ..buffer import Buffer
 from ..ctx import Context, CtxState
 from ..device import Device
-from ..errors import DocaError, check
+from ..errors import AlreadyExistError, DocaError, InUseError, check
 from ..memory import Access
 from ..pe import ProgressEngine
 from .connection import Connection, ConnectionState
 from .gid import Gid, choose_gid_index, gid_table
+from .batch import BatchError, BatchMixin, TaskBatch
 from .tasks import AtomicTask, Opcode, ReadTask, Received, ReceiveTask, SendTask, WriteTask, to_be32
 
 log = get_logger()
@@ -36,7 +39,26 @@ _TASK_TYPES = ("receive", "send", "send_imm", "read", "write", "write_imm", "ato
 _EV_REQUEST, _EV_ESTABLISHED, _EV_FAILURE, _EV_DISCONNECT = range(4)
 
 
-class Rdma(Context):
+def _peer(conn: Connection) -> Optional[str]:
+    """host:port of a connection's peer for log lines (None if unknown)."""
+    try:
+        addr = conn.peer_address
+    except Exception:  # noqa: BLE001 - logging only
+        return None
+    return f"{addr[0]}:{addr[1]}" if addr else None
+
+
+def _free_port_hint() -> int:
+    """A currently free TCP port, to suggest when the asked one is taken."""
+    try:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return int(s.getsockname()[1])
+    except OSError:
+        return 18516
+
+
+class Rdma(BatchMixin, Context):
     """A DOCA RDMA context on ``dev``, progressed by ``pe``.
 
     Configuration is keyword-only and applied before start; the context is
@@ -52,19 +74,23 @@ class Rdma(Context):
                  max_tasks: int = 256,
                  rnr_retry_count: Optional[int] = None,
                  connection_request_timeout_ms: Optional[int] = None,
+                 request_timeout: float = 30.0,
                  start: bool = True) -> None:
         super().__init__(pe, owners=(dev,))
         self.dev = dev
         out = ffi.new("struct doca_rdma **")
         check(lib.doca_rdma_create(dev.handle, out), "doca_rdma_create")
         rdma = self._rdma = out[0]
-        self._arm(lambda: lib.doca_rdma_destroy(rdma))
+        self._arm(lambda: check(lib.doca_rdma_destroy(rdma), "doca_rdma_destroy"))
         self._attach(lib.doca_rdma_as_ctx(rdma))
         self._conns: Dict[int, Connection] = {}
         self.requests: Deque[Connection] = collections.deque()
         self._accept: Optional[AcceptPolicy] = None
         self.on_connection: Optional[Callable[[Connection, ConnectionState], None]] = None
         self.listening: List[int] = []
+        self._ready: Deque[Connection] = collections.deque()   # established incoming, for accept()
+        #: seconds an incoming request may stay undecided (in ``requests``) before it is rejected
+        self.request_timeout = request_timeout
 
         check(lib.doca_rdma_set_permissions(rdma, int(permissions)), "doca_rdma_set_permissions")
         if gid_index is None:
@@ -112,19 +138,46 @@ class Rdma(Context):
     def _forget(self, conn: Connection) -> None:
         self._conns.pop(conn._ud, None)
 
+    # Every connection event is handled here, inside progress. Whatever goes
+    # wrong with one connection (the peer vanished before we accepted, the
+    # accept policy or on_connection raised, a reset) is confined to that
+    # connection: it is rejected or marked failed and forgotten, one log line
+    # says why, and nothing reaches the loop that called progress().
     def _on_conn_event(self, kind: int, c_conn: Any, conn_ud: int) -> None:
         if kind == _EV_REQUEST:
+            self._on_request(c_conn)
+        else:
+            self._on_state_event(kind, c_conn, conn_ud)
+        self._expire_requests()
+
+    def _on_request(self, c_conn: Any) -> None:
+        try:
             conn = Connection(self, c_conn, incoming=True)
-            self._conns[conn._ud] = conn
+        except DocaError as exc:
+            log.warning("rdma connection request dropped", error=str(exc))
+            lib.doca_rdma_connection_reject(c_conn)
+            return
+        self._conns[conn._ud] = conn
+        conn._requested_at = time.monotonic()
+        try:
             decision = self._accept(conn) if self._accept is not None else None
+        except Exception as exc:  # noqa: BLE001 - a policy bug must not stop the listener
+            log.error("rdma accept policy raised: request rejected", error=repr(exc), peer=_peer(conn))
+            decision = False
+        try:
             if decision is True or isinstance(decision, (bytes, bytearray)):
                 conn.accept(bytes(decision) if decision is not True else b"")
             elif decision is False:
                 conn.reject()
             else:
                 self.requests.append(conn)
-            self._notify(conn)
-            return
+        except (DocaError, ValueError) as exc:
+            # typically DOCA_ERROR_CONNECTION_ABORTED: the peer went away before our answer
+            log.info("rdma connection request abandoned", error=str(exc), peer=_peer(conn))
+            self._fail(conn)
+        self._notify(conn)
+
+    def _on_state_event(self, kind: int, c_conn: Any, conn_ud: int) -> None:
         found = self._conns.get(conn_ud) or self._connection_for(c_conn)
         if found is None:
             log.debug("event for unknown connection", kind=kind)
@@ -134,18 +187,67 @@ class Rdma(Context):
             conn._c = c_conn
         if kind == _EV_ESTABLISHED:
             conn.state = ConnectionState.ESTABLISHED
+            if conn.incoming:
+                self._ready_push(conn)
         elif kind == _EV_FAILURE:
             conn.state = ConnectionState.FAILED
         elif kind == _EV_DISCONNECT:
             conn.state = ConnectionState.DISCONNECTED
         log.debug("rdma connection", state=conn.state.value, incoming=conn.incoming)
+        if conn.closed:
+            conn._freeze()         # DOCA may free a closed connection's object after this event
         self._notify(conn)
         if conn.closed:
             self._forget(conn)     # the Connection object stays valid for its holders
 
+    def _fail(self, conn: Connection) -> None:
+        """Give up on one connection: reject or disconnect it (DOCA may already
+        have closed it: errors are ignored), mark it failed, forget it."""
+        if conn._c is not None:
+            if conn.state is ConnectionState.REQUESTED:
+                lib.doca_rdma_connection_reject(conn._c)
+            elif conn.state in (ConnectionState.ESTABLISHED, ConnectionState.PENDING):
+                lib.doca_rdma_connection_disconnect(conn._c)
+        if not conn.closed:
+            conn.state = ConnectionState.FAILED
+        conn._freeze()
+        self._forget(conn)
+
     def _notify(self, conn: Connection) -> None:
-        if self.on_connection is not None:
+        if self.on_connection is None:
+            return
+        try:
             self.on_connection(conn, conn.state)
+        except Exception as exc:  # noqa: BLE001 - a callback bug costs that connection only
+            log.error("rdma on_connection callback raised: connection dropped", error=repr(exc),
+                      state=conn.state.value, peer=_peer(conn))
+            if not conn.closed:
+                self._fail(conn)
+
+    def _expire_requests(self) -> None:
+        """Reject requests left undecided longer than ``request_timeout``."""
+        if not self.requests:
+            return
+        now = time.monotonic()
+        while self.requests:
+            conn = self.requests[0]
+            if conn.state is ConnectionState.REQUESTED and now - conn._requested_at < self.request_timeout:
+                break
+            self.requests.popleft()
+            if conn.state is ConnectionState.REQUESTED:
+                log.warning("rdma connection request undecided: rejected", after_s=self.request_timeout,
+                            peer=_peer(conn))
+                try:
+                    conn.reject()
+                except (DocaError, ValueError):
+                    self._fail(conn)
+                self._notify(conn)
+
+    def _ready_push(self, conn: Connection) -> None:
+        """Queue an established incoming connection for accept() (closed ones pruned)."""
+        if len(self._ready) >= 2 * max(16, len(self._conns)):
+            self._ready = collections.deque(c for c in self._ready if c.established)
+        self._ready.append(conn)
 
     # -- out of band ---------------------------------------------------------
     def export(self) -> tuple[bytes, Connection]:
@@ -178,22 +280,84 @@ class Rdma(Context):
         if not 0 < port < 65536:
             raise ValueError(f"port out of range: {port}")
         self._accept = accept
-        check(lib.doca_rdma_start_listen_to_port(self._rdma, port), "doca_rdma_start_listen_to_port")
+        rc = lib.doca_rdma_start_listen_to_port(self._rdma, port)
+        if rc != 0:
+            raise self._listen_error(rc, port)
         self.listening.append(port)
+
+    def _listen_error(self, rc: int, port: int) -> DocaError:
+        """The error of a failed listen, naming the port and what to do."""
+        from ..errors import error_for
+        where = f"{self.dev.info.ipv4 or self.dev.info.ipv6 or self.dev.info.ibdev_name}:{port}"
+        if rc == AlreadyExistError.code:
+            msg = f"this Rdma context already listens on port {port}"
+        elif rc == InUseError.code:
+            msg = (f"cannot listen on {where}: port {port} is already in use (another process or Rdma "
+                   f"context listens there); stop that listener or pick another port, e.g. {_free_port_hint()}")
+        else:
+            msg = f"cannot listen on {where}"
+        return error_for(rc, msg)
 
     def stop_listen(self, port: int) -> None:
         check(lib.doca_rdma_stop_listen_to_port(self._rdma, port), "doca_rdma_stop_listen_to_port")
         self.listening.remove(port)
 
+    def accept(self, timeout: Optional[float] = None, *, private_data: bytes = b"") -> Connection:
+        """The next established incoming connection (like ``socket.accept``).
+
+        Requests left undecided by the listen policy (``accept=None``) are
+        accepted here with ``private_data``; with a policy, the connections it
+        accepted are returned once established. Requests whose peer vanished
+        are skipped. ``TimeoutError`` after ``timeout`` seconds (None: wait
+        forever, progressing the engine)."""
+        self._check_open()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            while self._ready:
+                conn = self._ready.popleft()
+                if conn.established:
+                    return conn
+            self._expire_requests()
+            while self.requests:
+                req = self.requests.popleft()
+                if req.state is not ConnectionState.REQUESTED:
+                    continue
+                try:
+                    req.accept(private_data)
+                except (DocaError, ValueError) as exc:
+                    log.info("rdma connection request abandoned", error=str(exc), peer=_peer(req))
+                    self._fail(req)
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"no incoming connection established within {timeout:g}s")
+            self.pe.wait(0.1 if remaining is None else min(0.1, remaining))
+            self._expire_requests()
+
+    def accepted(self, timeout: float) -> Iterator[Connection]:
+        """Yield established incoming connections (see :meth:`accept`) until
+        ``timeout`` seconds have passed in total."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                yield self.accept(remaining)
+            except TimeoutError:
+                return
+
     def incoming(self, timeout: float) -> Iterator[Connection]:
         """Yield undecided incoming requests as they arrive, until ``timeout``."""
-        import time
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            self._expire_requests()
             if not self.requests:
                 self.pe.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+                self._expire_requests()
             while self.requests:
-                yield self.requests.popleft()
+                req = self.requests.popleft()
+                if req.state is ConnectionState.REQUESTED:   # skip requests whose peer vanished
+                    yield req
 
     def connect_to(self, address: str, port: int, *, user_data: Any = None) -> Connection:
         """Start an RDMA CM connection to ``address:port``; returns at once
@@ -204,6 +368,7 @@ class Rdma(Context):
         addr = ffi.new("struct doca_rdma_addr **")
         check(lib.doca_rdma_addr_create(kind, str(ip).encode(), port, addr), "doca_rdma_addr_create")
         conn = Connection(self, None, incoming=False, user_data=user_data)
+        conn._target = (str(ip), port)
         self._conns[conn._ud] = conn
         data = ffi.new("union doca_data *")
         data.u64 = conn._ud
@@ -289,5 +454,6 @@ class Rdma(Context):
         return f"<Rdma dev={self.dev.info.ibdev_name} conns={len(self._conns)} {'closed' if self.closed else 'open'}>"
 
 
-__all__ = ["Rdma", "Connection", "ConnectionState", "Opcode", "Received", "Gid", "gid_table",
+__all__ = ["Rdma", "BatchError", "TaskBatch", "Connection", "ConnectionState", "Opcode", "Received", "Gid",
+           "gid_table",
            "choose_gid_index", "DocaError", "CtxState"]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from pydoca._log import get_logger
 
@@ -51,6 +51,11 @@ class Connection:
         self.user_data = user_data
         self.state = ConnectionState.REQUESTED if incoming else ConnectionState.PENDING
         self._ud = callbacks.new_id()
+        self._requested_at = 0.0                          # incoming: when the request arrived
+        self._target: Optional[tuple[str, int]] = None    # outgoing RDMA CM: where we dial
+        # once closed: what the getters report, read while DOCA still held the object (softdoca
+        # frees closed connections later); from then on the C object is never touched again
+        self._final: Optional[Dict[str, Any]] = None
         if c_conn is not None:
             data = ffi.new("union doca_data *")
             data.u64 = self._ud
@@ -58,12 +63,30 @@ class Connection:
 
     @property
     def handle(self) -> Any:
+        if self._final is not None:
+            raise DocaError(f"connection {self.state.value}: it cannot carry tasks any more", code=14)
         if self._c is None:
             raise DocaError("connection not established yet", code=14)
         return self._c
 
+    def _freeze(self) -> None:
+        """The connection is closed: keep what the getters report (call while
+        DOCA still holds the object: inside its event, or right after our own
+        disconnect/reject) and never touch the C object again."""
+        if self._final is not None:
+            return
+        final: Dict[str, Any] = {}
+        for name in ("failure_reason", "peer_address", "private_data", "id"):
+            try:
+                final[name] = getattr(self, name)
+            except Exception:  # noqa: BLE001 - best effort snapshot
+                final[name] = None
+        self._final = final
+
     @property
     def id(self) -> int:
+        if self._final is not None:
+            return int(self._final["id"] or 0)
         out = ffi.new("uint32_t *")
         check(lib.doca_rdma_connection_get_id(self._c, out), "doca_rdma_connection_get_id")
         return int(out[0])
@@ -71,9 +94,13 @@ class Connection:
     @property
     def peer_address(self) -> Optional[tuple[str, int]]:
         """(address, port) of the peer for RDMA CM connections, else None."""
+        if self._final is not None:
+            return self._final["peer_address"]  # type: ignore[no-any-return]
+        if self._c is None:
+            return self._target
         addr = ffi.new("struct doca_rdma_addr **")
         if lib.doca_rdma_connection_get_addr(self._c, addr) != 0 or addr[0] == ffi.NULL:
-            return None
+            return self._target
         kind = ffi.new("enum doca_rdma_addr_type *")
         text = ffi.new("const char **")
         port = ffi.new("uint16_t *")
@@ -86,6 +113,8 @@ class Connection:
         """Why the connection failed: "rejected" by the peer, "timeout",
         "refused" (nothing listening) or "lost"; None when unknown (real DOCA
         does not report it) or not failed."""
+        if self._final is not None:
+            return self._final["failure_reason"]  # type: ignore[no-any-return]
         ext = _soft_ext()
         if ext is None or self._c is None:
             return None
@@ -95,6 +124,8 @@ class Connection:
     def private_data(self) -> Optional[bytes]:
         """Private data the peer passed when accepting (requester side); None
         when unknown (real DOCA 3.3 has no getter for it)."""
+        if self._final is not None:
+            return self._final["private_data"]  # type: ignore[no-any-return]
         ext = _soft_ext()
         if ext is None or self._c is None:
             return None
@@ -128,16 +159,46 @@ class Connection:
             raise DocaError("only a requested connection can be rejected", code=18)
         check(lib.doca_rdma_connection_reject(self._c), "doca_rdma_connection_reject")
         self.state = ConnectionState.REJECTED
+        self._freeze()
         self.rdma._forget(self)
 
     def wait_established(self, timeout: float = 10.0) -> "Connection":
-        """Progress until established; raises on failure or timeout."""
+        """Progress until established. Raises TimeoutError after ``timeout``
+        seconds, and a DocaError naming the cause when the connection fails:
+        ``TimeOutError`` ("timed out": the peer did not answer within the
+        connection request timeout) or ``DocaConnectionResetError`` ("refused":
+        nothing listens there; "rejected" by the peer; "lost")."""
+        where = self._describe_peer()
         self.rdma.pe.run_until(lambda: self.state is not ConnectionState.PENDING, timeout,
-                               what="connection established")
+                               what=f"connection{where} to be established")
         if self.state is not ConnectionState.ESTABLISHED:
-            from ..errors import DocaConnectionResetError
-            raise DocaConnectionResetError(f"connection {self.state.value}", code=11)
+            raise self.failure_error()
         return self
+
+    def _describe_peer(self) -> str:
+        try:
+            addr = self.peer_address
+        except Exception:  # noqa: BLE001 - description only
+            addr = None
+        return f" {'from' if self.incoming else 'to'} {addr[0]}:{addr[1]}" if addr else ""
+
+    def failure_error(self) -> DocaError:
+        """The error describing why this connection is not established."""
+        from ..errors import DocaConnectionResetError, TimeOutError
+        where, reason = self._describe_peer(), self.failure_reason
+        if reason == "timeout":
+            return TimeOutError(f"connection{where} timed out: the peer did not answer within the connection "
+                                "request timeout (is it alive and progressing?)", code=TimeOutError.code)
+        if reason == "refused":
+            return DocaConnectionResetError(f"connection{where} refused: nothing listens there (check the "
+                                            "address and port, and that the listener is running)",
+                                            code=DocaConnectionResetError.code)
+        if reason == "rejected":
+            return DocaConnectionResetError(f"connection{where} rejected by the peer",
+                                            code=DocaConnectionResetError.code)
+        detail = f" ({reason})" if reason else ""
+        return DocaConnectionResetError(f"connection{where} {self.state.value}{detail}",
+                                        code=DocaConnectionResetError.code)
 
     def disconnect(self) -> None:
         """Disconnect; outstanding tasks on it fail. Idempotent, never raises."""
@@ -147,6 +208,7 @@ class Connection:
                 if rc != 0:
                     log.debug("disconnect", rc=rc)
             self.state = ConnectionState.DISCONNECTED
+            self._freeze()
 
     def __repr__(self) -> str:
         return f"<Connection {self.state.value}{' incoming' if self.incoming else ''}>"

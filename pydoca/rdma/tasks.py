@@ -54,16 +54,65 @@ class Received:
         return bytes(self.buffer.memoryview()[-self.length:] if self.length else b"")
 
 
+def _data(buf: "Buffer") -> int:
+    return int(buf.data_len)
+
+
+def _room(buf: "Buffer") -> int:
+    """Bytes a local destination can still take: after its data, to its end."""
+    return int(buf.length - (buf.data_address - buf.address) - buf.data_len)
+
+
+def _remote_room(buf: "Buffer") -> int:
+    """Bytes a remote write destination takes: from its data address to its end."""
+    return int(buf.length - (buf.data_address - buf.address))
+
+
+def _sizes(src: Optional["Buffer"], dst: Optional["Buffer"], src_name: str, dst_name: str,
+           room: Any = _room) -> str:
+    """" (source data N bytes, destination room M bytes)" for error messages;
+    says so when the data cannot fit. Never raises."""
+    try:
+        parts = []
+        n = _data(src) if src is not None else None
+        m = room(dst) if dst is not None else None
+        if n is not None:
+            parts.append(f"{src_name} data {n} bytes")
+        if m is not None:
+            parts.append(f"{dst_name} room {m} bytes")
+        text = ", ".join(parts)
+        if n is not None and m is not None and n > m:
+            text += f": {n} bytes do not fit in {m}"
+        return f" ({text})" if text else ""
+    except Exception:  # noqa: BLE001 - a closed buffer: no detail
+        return ""
+
+
 class SendTask(Task[None]):
     """send / send_imm: completes when the peer consumed it into a receive."""
+
+    def _detail(self) -> str:
+        src = self._keep[0] if self._keep else None
+        text = _sizes(src, None, "message", "")
+        return text[:-1] + "; the peer's posted receive must hold it)" if text else ""
 
 
 class WriteTask(Task[None]):
     """write / write_imm: completes when the bytes are in the peer's memory."""
 
+    def _detail(self) -> str:
+        if len(self._keep) < 2:
+            return ""
+        return _sizes(self._keep[0], self._keep[1], "local source", "remote destination", _remote_room)
+
 
 class ReadTask(Task[int]):
     """read: value is the number of bytes read."""
+
+    def _detail(self) -> str:
+        if len(self._keep) < 2:
+            return ""
+        return _sizes(self._keep[0], self._keep[1], "remote source", "local destination")
 
     def _collect(self, c_task: Any) -> int:
         return int(lib.doca_rdma_task_read_get_result_len(ffi.cast("struct doca_rdma_task_read *", c_task)))
@@ -76,6 +125,13 @@ class AtomicTask(Task[int]):
         super().__init__(*args, **kw)
         self._result = result
 
+    def _detail(self) -> str:
+        try:
+            room = _room(self._result)
+        except Exception:  # noqa: BLE001 - a closed buffer: no detail
+            return ""
+        return f" (result buffer room {room} bytes; the 8-byte original value needs 8)" if room < 8 else ""
+
     def _collect(self, c_task: Any) -> int:
         view = self._result.memoryview()
         return int.from_bytes(bytes(view[-8:]), "little")
@@ -87,6 +143,9 @@ class ReceiveTask(Task[Received]):
     def __init__(self, *args: Any, buffer: "Buffer", **kw: Any) -> None:
         super().__init__(*args, **kw)
         self._buffer = buffer
+
+    def _detail(self) -> str:
+        return _sizes(None, self._buffer, "", "receive buffer")
 
     def _collect(self, c_task: Any) -> Received:
         t = ffi.cast("struct doca_rdma_task_receive *", c_task)
