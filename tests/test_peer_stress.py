@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from peer_util import Proc, Server, write_spec
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.timeout(300)
 WORKERS, OPS = 32, 100 if os.environ.get("PYDOCA_HEAVY") == "1" else 30
 
 
-def test_concurrent_requesters(tmp_path: Path) -> None:
+def test_concurrent_requesters(tmp_path: Path, reliability_report: Any) -> None:
     desc = tmp_path / "svc.desc"
     srv = Server(write_spec(tmp_path), descriptor=desc)
     workers = []
@@ -26,7 +27,8 @@ def test_concurrent_requesters(tmp_path: Path) -> None:
             rc = w.finish(240)
             assert rc == 0 and f"OK w{i} {OPS}" in w.stdout, f"worker {i} rc={rc}:\n{w.stderr[-3000:]}"
         assert srv.popen.poll() is None, "the responder died"
-        print(f"\n{WORKERS} requesters x {OPS} ops verified in {time.monotonic() - t0:.1f}s")
+        reliability_report.add("concurrent requesters (peer)", trials=WORKERS, passed=WORKERS, failed=0,
+                               ops_each=OPS, seconds=round(time.monotonic() - t0, 1))
     finally:
         for w in workers:
             w.kill()
