@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # pydoca demo on the software backend: a responder and a requester, two
-# processes, moving bytes with RDMA and checking them end to end.
+# processes, moving bytes with RDMA and checking them end to end (the
+# responder's line says what it checked; the requester's times the transfer).
 #  1. rdma_write over RDMA CM (address:port), 1 MiB x 20
 #  2. rdma_read with descriptor files (out of band), 1 MiB
 #  3. the requester/responder layer: `pydoca serve` a spec, `pydoca request` it
@@ -29,14 +30,14 @@ PY
 
 echo "== 1. RDMA write over RDMA CM"
 port=$(free_port)
-$py samples/rdma_write.py responder --listen 127.0.0.1:$port --size 1M --timeout 30 & pids+=($!)
+$py samples/rdma_write_responder.py --listen 127.0.0.1:$port --size 1M --timeout 30 & pids+=($!)
 wait_listen "$port"
-$py samples/rdma_write.py requester --connect 127.0.0.1:$port --iterations 20 --timeout 30
+$py samples/rdma_write_requester.py --connect 127.0.0.1:$port --iterations 20 --timeout 30
 wait "${pids[-1]}"
 
 echo "== 2. RDMA read with descriptor files"
-$py samples/rdma_read.py responder --descriptor-dir "$tmp/desc" --size 1M --timeout 30 & pids+=($!)
-$py samples/rdma_read.py requester --descriptor-dir "$tmp/desc" --timeout 30
+$py samples/rdma_read_responder.py --descriptor-dir "$tmp/desc" --size 1M --timeout 30 & pids+=($!)
+$py samples/rdma_read_requester.py --descriptor-dir "$tmp/desc" --timeout 30
 wait "${pids[-1]}"
 
 if [ -f samples/client_server/spec.yaml ]; then

@@ -1,8 +1,10 @@
-"""The samples, run as real responder/requester process pairs: RDMA CM on
-127.0.0.1, descriptor files in a temp dir, and both across two network
-namespaces joined by a veth pair."""
+"""The samples, run as real process pairs (the side that listens in RDMA CM
+mode, then the side that connects): RDMA CM on 127.0.0.1, descriptor files in
+a temp dir, and both across two network namespaces joined by a veth pair;
+plus the failures they must report in one line (exit 1, bounded)."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -11,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Sequence
 
 import pytest
 from netns import NetnsPair, ns_exec, veth_namespaces
@@ -19,11 +21,19 @@ from rdma_util import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
-PAIRS = ["rdma_write", "rdma_read", "rdma_send_receive", "rdma_send_immediate", "rdma_write_immediate",
-         "rdma_atomic"]
-SIZE = {"rdma_atomic": None}             # default (1 MiB) elsewhere
+# (listening side, connecting side): one pair per DOCA sample pair, plus atomics
+PAIRS = [("rdma_write_responder", "rdma_write_requester"),
+         ("rdma_read_responder", "rdma_read_requester"),
+         ("rdma_write_immediate_responder", "rdma_write_immediate_requester"),
+         ("rdma_receive", "rdma_send"),
+         ("rdma_receive_immediate", "rdma_send_immediate"),
+         ("rdma_atomic_responder", "rdma_atomic_requester")]
+IDS = [listener for listener, _ in PAIRS]
 WAIT = 60.0                              # bound of every subprocess wait in this file
-SUMMARY = r"OK \d+ bytes( x \d+)? in [\d.]+ ms \(([\d.]+ us/op, )?[\d.]+ MB/s\)"
+# the connecting side times the transfer; the listening side reports what it checked, no figure
+TIMED = r"OK \d+ bytes( x \d+)? in [\d.]+ ms \(([\d.]+ us/op, )?[\d.]+ MB/s\)(, .*)?"
+TIMED_ATOMIC = r"OK 4 operations in [\d.]+ ms \(\d+ ops/s\), old values verified"
+CHECKED = r"OK \d+ bytes, (data|counter).* (verified|served)"
 
 
 class Proc:
@@ -98,144 +108,233 @@ def sample(name: str, *args: str) -> List[str]:
     return [str(SAMPLES / f"{name}.py"), *args]
 
 
-def run_pair(procs: List[Proc], name: str, responder: Sequence[str], requester: Sequence[str], *,
-             cm: bool, prefix_resp: Sequence[str] = (), prefix_req: Sequence[str] = (),
+def pair_of(listener: str) -> tuple[str, str]:
+    return next(p for p in PAIRS if p[0] == listener)
+
+
+def size_args(listener: str, size: str = "256K") -> tuple[List[str], List[str]]:
+    """--size for (listener, connector): a send must match the posted receive;
+    requesters of write/read/write_imm take the size of the responder's memory."""
+    if listener == "rdma_atomic_responder":
+        return [], []
+    return ["--size", size], (["--size", size] if listener.startswith("rdma_receive") else [])
+
+
+def one_line(text: str) -> str:
+    """The one FAILED line of a sample's stderr (its progress notes aside)."""
+    lines = [ln for ln in text.splitlines() if "FAILED" in ln or "Traceback" in ln]
+    assert len(lines) == 1 and "Traceback" not in text, text
+    return lines[0]
+
+
+def run_pair(procs: List[Proc], listener: str, listener_args: Sequence[str], connector_args: Sequence[str], *,
+             cm: bool, prefix_l: Sequence[str] = (), prefix_c: Sequence[str] = (),
              expect_ok: bool = True) -> tuple[Proc, Proc]:
-    """Start the responder, then (once it listens, in CM mode) the requester;
-    wait for both (bounded) and check both exit 0 with their summary line."""
-    resp = Proc(sample(name, "responder", *responder), prefix=prefix_resp)
-    procs.append(resp)
+    """Start the listening side, then (once it listens, in CM mode) the other;
+    wait for both (bounded); unless told otherwise, check both exit 0 with
+    their summary line: a timed one on the connecting side only."""
+    connector = pair_of(listener)[1]
+    lis = Proc(sample(listener, *listener_args), prefix=prefix_l)
+    procs.append(lis)
     if cm:
-        resp.wait_stderr("listening on")
-    req = Proc(sample(name, "requester", *requester), prefix=prefix_req)
-    procs.append(req)
-    rc_req, rc_resp = req.finish(), resp.finish()
+        lis.wait_stderr("listening on")
+    con = Proc(sample(connector, *connector_args), prefix=prefix_c)
+    procs.append(con)
+    rc_c, rc_l = con.finish(), lis.finish()
     if expect_ok:
-        report = (f"requester rc={rc_req}\nstdout:\n{req.stdout}\nstderr:\n{req.stderr}\n"
-                  f"responder rc={rc_resp}\nstdout:\n{resp.stdout}\nstderr:\n{resp.stderr}")
-        assert rc_req == 0 and rc_resp == 0, report
-        assert re.fullmatch(rf"{name} requester: {SUMMARY}(, .*)?\n", req.stdout), report
-        assert re.fullmatch(rf"{name} responder: {SUMMARY}(, .*)?\n", resp.stdout), report
-    return resp, req
-
-
-def size_args(name: str, size: Optional[str] = "256K") -> List[str]:
-    return [] if name == "rdma_atomic" or size is None else ["--size", size]
+        report = (f"{connector} rc={rc_c}\nstdout:\n{con.stdout}\nstderr:\n{con.stderr}\n"
+                  f"{listener} rc={rc_l}\nstdout:\n{lis.stdout}\nstderr:\n{lis.stderr}")
+        assert rc_c == 0 and rc_l == 0, report
+        timed = TIMED_ATOMIC if listener == "rdma_atomic_responder" else TIMED
+        assert re.fullmatch(rf"{connector}: {timed}\n", con.stdout), report
+        assert re.fullmatch(rf"{listener}: {CHECKED}\n", lis.stdout), report
+    return lis, con
 
 
 # -- loopback: RDMA CM and descriptor files ------------------------------------------------
-@pytest.mark.parametrize("name", PAIRS)
-def test_pair_rdma_cm(procs: List[Proc], name: str) -> None:
+@pytest.mark.parametrize("listener", IDS)
+def test_pair_rdma_cm(procs: List[Proc], listener: str) -> None:
     port = free_port()
-    resp, req = run_pair(procs, name, ["--listen", f"127.0.0.1:{port}", *size_args(name), "--timeout", "30"],
-                         ["--connect", f"127.0.0.1:{port}", "--timeout", "30"], cm=True)
-    if name != "rdma_atomic":
-        assert f" {256 * 1024} bytes" in req.stdout
+    size_l, size_c = size_args(listener)
+    lis, con = run_pair(procs, listener, ["--listen", f"127.0.0.1:{port}", *size_l, "--timeout", "30"],
+                        ["--connect", f"127.0.0.1:{port}", *size_c, "--timeout", "30"], cm=True)
+    if listener != "rdma_atomic_responder":
+        assert f"OK {256 * 1024} bytes in " in con.stdout and f"OK {256 * 1024} bytes, " in lis.stdout
 
 
-@pytest.mark.parametrize("name", PAIRS)
-def test_pair_descriptor_dir(procs: List[Proc], name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("listener", IDS)
+def test_pair_descriptor_dir(procs: List[Proc], listener: str, tmp_path: Path) -> None:
     d = str(tmp_path / "desc")
-    run_pair(procs, name, ["--descriptor-dir", d, *size_args(name), "--timeout", "30"],
-             ["--descriptor-dir", d, "--timeout", "30"], cm=False)
+    size_l, size_c = size_args(listener)
+    run_pair(procs, listener, ["--descriptor-dir", d, *size_l, "--timeout", "30"],
+             ["--descriptor-dir", d, *size_c, "--timeout", "30"], cm=False)
     assert os.listdir(d) == [], "both sides remove their descriptor files"
 
 
 def test_write_iterations_and_sizes(procs: List[Proc]) -> None:
     """8 bytes and 1 MiB (the default), repeated, in polling mode."""
-    for size in ("8", None):
+    for size in (["--size", "8"], []):
         port = free_port()
-        _, req = run_pair(procs, "rdma_write",
-                          ["--listen", f"127.0.0.1:{port}", *size_args("rdma_write", size)],
+        _, con = run_pair(procs, "rdma_write_responder", ["--listen", f"127.0.0.1:{port}", *size],
                           ["--connect", f"127.0.0.1:{port}", "--iterations", "20", "--progress", "polling"],
                           cm=True)
-        want = 8 if size == "8" else 1 << 20
-        assert f"OK {want} bytes x 20 in" in req.stdout
+        want = 8 if size else 1 << 20
+        assert f"OK {want} bytes x 20 in" in con.stdout and " us/op, " in con.stdout
+
+
+def test_read_iterations(procs: List[Proc], tmp_path: Path) -> None:
+    _, con = run_pair(procs, "rdma_read_responder", ["--descriptor-dir", str(tmp_path), "--size", "64K"],
+                      ["--descriptor-dir", str(tmp_path), "--iterations", "5"], cm=False)
+    assert f"OK {64 * 1024} bytes x 5 in" in con.stdout
 
 
 def test_requester_size_must_match(procs: List[Proc], tmp_path: Path) -> None:
     d = str(tmp_path)
-    resp = Proc(sample("rdma_read", "responder", "--descriptor-dir", d, "--size", "4K", "--timeout", "3"))
-    procs.append(resp)
-    req = Proc(sample("rdma_read", "requester", "--descriptor-dir", d, "--size", "8K", "--timeout", "3"))
-    procs.append(req)
-    assert req.finish() == 1
-    assert "size mismatch: the responder uses 4096 bytes, --size asks for 8192" in req.stderr
-    assert resp.finish() == 1
+    lis, con = run_pair(procs, "rdma_read_responder", ["--descriptor-dir", d, "--size", "4K", "--timeout", "5"],
+                        ["--descriptor-dir", d, "--size", "8K", "--timeout", "5"], cm=False, expect_ok=False)
+    assert con.popen.returncode == 1
+    assert one_line(con.stderr).endswith(
+        "FAILED: size mismatch: the responder's memory is 4096 bytes, --size asks for 8192")
+    assert lis.popen.returncode == 1 and "rdma_read_responder: FAILED: " in one_line(lis.stderr)
 
 
-def test_data_mismatch_fails_both_sides(procs: List[Proc]) -> None:
-    """Different pattern seeds: the responder's verification fails, and both exit 1."""
+def test_write_mismatch_detected_by_responder(procs: List[Proc]) -> None:
+    """Different pattern seeds: the responder's check fails (the requester did its part)."""
     port = free_port()
-    resp, req = run_pair(procs, "rdma_write", ["--listen", f"127.0.0.1:{port}", "--size", "4K", "--seed", "1"],
-                         ["--connect", f"127.0.0.1:{port}", "--seed", "2"], cm=True, expect_ok=False)
-    assert resp.popen.returncode == 1 and req.popen.returncode == 1, (resp.stderr, req.stderr)
-    assert "written data: " in resp.stderr and "bytes differ" in resp.stderr
-    assert "the responder reports: written data:" in req.stderr
-    assert resp.stdout == "" and req.stdout == ""
+    lis, con = run_pair(procs, "rdma_write_responder",
+                        ["--listen", f"127.0.0.1:{port}", "--size", "4K", "--seed", "1"],
+                        ["--connect", f"127.0.0.1:{port}", "--seed", "2"], cm=True, expect_ok=False)
+    assert con.popen.returncode == 0, con.stderr
+    assert lis.popen.returncode == 1 and lis.stdout == ""
+    assert "FAILED: written data: 4096 of 4096 bytes differ, first at offset 0" in one_line(lis.stderr)
 
 
 def test_read_mismatch_detected_by_requester(procs: List[Proc], tmp_path: Path) -> None:
     d = str(tmp_path)
-    resp, req = run_pair(procs, "rdma_read", ["--descriptor-dir", d, "--size", "4K", "--seed", "1"],
-                         ["--descriptor-dir", d], cm=False, expect_ok=False)
-    assert req.popen.returncode == 1 and resp.popen.returncode == 1, (resp.stderr, req.stderr)
-    assert "read data: " in req.stderr
-    assert "the requester reports: read data:" in resp.stderr
+    lis, con = run_pair(procs, "rdma_read_responder", ["--descriptor-dir", d, "--size", "4K", "--seed", "1"],
+                        ["--descriptor-dir", d], cm=False, expect_ok=False)
+    assert con.popen.returncode == 1 and con.stdout == ""
+    assert "rdma_read_requester: FAILED: read data: 4096 of 4096 bytes differ" in one_line(con.stderr)
+    assert lis.popen.returncode == 0, lis.stderr
+
+
+@pytest.mark.parametrize("listener", ["rdma_receive", "rdma_receive_immediate"])
+def test_send_larger_than_posted_receive(procs: List[Proc], listener: str) -> None:
+    port = free_port()
+    lis, con = run_pair(procs, listener, ["--listen", f"127.0.0.1:{port}", "--size", "4K", "--timeout", "10"],
+                        ["--connect", f"127.0.0.1:{port}", "--size", "8K", "--timeout", "10"], cm=True,
+                        expect_ok=False)
+    assert con.popen.returncode == 1 and lis.popen.returncode == 1
+    assert "DOCA_ERROR_TOO_BIG" in one_line(con.stderr) and "8192 bytes" in con.stderr
+    assert "DOCA_ERROR_TOO_BIG" in one_line(lis.stderr)
 
 
 def test_requester_nothing_listening(procs: List[Proc]) -> None:
     port = free_port()
     start = time.monotonic()
-    req = Proc(sample("rdma_write", "requester", "--connect", f"127.0.0.1:{port}", "--timeout", "5"))
-    procs.append(req)
-    rc = req.finish(30)
-    elapsed = time.monotonic() - start
-    assert rc == 1, req.stderr
-    assert elapsed < 5 + 10
-    assert f"rdma_write requester: FAILED: " in req.stderr
-    assert f"127.0.0.1:{port}" in req.stderr
-    assert "Traceback" not in req.stderr
-    assert req.stdout == ""
+    con = Proc(sample("rdma_write_requester", "--connect", f"127.0.0.1:{port}", "--timeout", "5"))
+    procs.append(con)
+    assert con.finish(30) == 1, con.stderr
+    assert time.monotonic() - start < 5 + 10
+    line = one_line(con.stderr)
+    assert line.startswith("rdma_write_requester: FAILED: ") and f"127.0.0.1:{port}" in line
+    assert con.stdout == ""
+
+
+@pytest.mark.parametrize("listener, reason", [
+    ("rdma_write_responder", "no incoming connection established within 2s"),
+    ("rdma_receive", "timed out after 2s waiting for ReceiveTask")])
+def test_nobody_comes(procs: List[Proc], listener: str, reason: str) -> None:
+    """A listening side whose peer never connects gives up after --timeout."""
+    start = time.monotonic()
+    lis = Proc(sample(listener, "--listen", f"127.0.0.1:{free_port()}", "--size", "4K", "--timeout", "2"))
+    procs.append(lis)
+    assert lis.finish(30) == 1
+    assert time.monotonic() - start < 2 + 10
+    assert one_line(lis.stderr) == f"{listener}: FAILED: {reason}"
 
 
 def test_requester_no_descriptor(procs: List[Proc], tmp_path: Path) -> None:
-    req = Proc(sample("rdma_read", "requester", "--descriptor-dir", str(tmp_path), "--timeout", "1"))
-    procs.append(req)
-    assert req.finish(30) == 1
-    assert "responder.json: descriptor file not found after waiting 1s" in req.stderr
+    con = Proc(sample("rdma_read_requester", "--descriptor-dir", str(tmp_path), "--timeout", "1"))
+    procs.append(con)
+    assert con.finish(30) == 1
+    assert one_line(con.stderr).endswith("responder.json: descriptor file not found after waiting 1s "
+                                         "(is the responder running with the same --descriptor-dir?)")
+
+
+def _write_descriptor(path: Path, payload: Dict[str, Any], *, stay: bool) -> "subprocess.Popen[bytes]":
+    """A process that writes a sample descriptor file, then exits or stays (60 s)."""
+    code = ("import ast, sys, time; from pydoca.descriptor import write_descriptor; "
+            "write_descriptor(sys.argv[1], 'pydoca-sample', ast.literal_eval(sys.argv[2])); "
+            "print('ready', flush=True); time.sleep(60 if sys.argv[3] == '1' else 0)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path), repr(payload), "1" if stay else "0"],
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc
 
 
 def test_stale_descriptor_is_skipped(procs: List[Proc], tmp_path: Path) -> None:
     """A responder.json left by a process that has exited is not used."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import _common as c; "
-            "c.write_descriptor(sys.argv[2], c.KIND_RESPONDER, "
-            "{'sample': 'rdma_read', 'size': 4096, 'connection': b'x' * 64, 'memory': b'y' * 64})")
-    path = tmp_path / "responder.json"
-    subprocess.run([sys.executable, "-c", code, str(SAMPLES), str(path)], check=True, timeout=WAIT)
-    req = Proc(sample("rdma_read", "requester", "--descriptor-dir", str(tmp_path), "--timeout", "1"))
-    procs.append(req)
-    assert req.finish() == 1
-    assert "stale descriptor (process" in req.stderr and "has exited" in req.stderr
+    writer = _write_descriptor(tmp_path / "responder.json",
+                               {"sample": "rdma_read", "connection": b"x" * 64, "memory": b"y" * 64}, stay=False)
+    assert writer.wait(WAIT) == 0
+    writer.stdout.close()  # type: ignore[union-attr]
+    con = Proc(sample("rdma_read_requester", "--descriptor-dir", str(tmp_path), "--timeout", "1"))
+    procs.append(con)
+    assert con.finish() == 1
+    line = one_line(con.stderr)
+    assert "stale descriptor (process" in line and "has exited" in line
+
+
+@pytest.mark.parametrize("wrong", ["connection", "memory"])
+def test_wrong_descriptor(procs: List[Proc], tmp_path: Path, wrong: str) -> None:
+    """A live peer's file with a garbage connection or memory descriptor:
+    DOCA refuses it, the requester says so in one line, at once."""
+    connection = b"x" * 64
+    if wrong == "memory":        # a real responder's connection, with a garbage memory descriptor
+        real = tmp_path / "real"
+        lis = Proc(sample("rdma_read_responder", "--descriptor-dir", str(real), "--size", "4K", "--timeout", "5"))
+        procs.append(lis)
+        lis.wait_stderr("wrote")
+        connection = base64.b64decode(json.loads((real / "responder.json").read_text())["connection"]["b64"])
+    writer = _write_descriptor(tmp_path / "responder.json",
+                               {"sample": "rdma_read", "connection": connection, "memory": b"y" * 82}, stay=True)
+    try:
+        start = time.monotonic()
+        con = Proc(sample("rdma_read_requester", "--descriptor-dir", str(tmp_path), "--timeout", "5"))
+        procs.append(con)
+        if wrong == "memory":    # hand the requester's file to the real responder, which then connects
+            mine = tmp_path / "requester.json"
+            while not mine.exists() and con.popen.poll() is None and time.monotonic() - start < WAIT:
+                time.sleep(0.01)
+            (real / "requester.json").write_bytes(mine.read_bytes())
+        assert con.finish() == 1
+        assert time.monotonic() - start < 5 + 10
+        assert "DOCA_ERROR_" in one_line(con.stderr) and con.stdout == ""
+    finally:
+        writer.kill()
+        writer.wait(WAIT)
+        writer.stdout.close()  # type: ignore[union-attr]
 
 
 def test_wrong_sample_pair_is_refused(procs: List[Proc], tmp_path: Path) -> None:
     d = str(tmp_path)
-    resp = Proc(sample("rdma_write", "responder", "--descriptor-dir", d, "--timeout", "3"))
-    procs.append(resp)
-    req = Proc(sample("rdma_read", "requester", "--descriptor-dir", d, "--timeout", "3"))
-    procs.append(req)
-    assert req.finish() == 1
-    assert "runs sample 'rdma_write', not 'rdma_read'" in req.stderr
-    assert resp.finish() == 1
-    assert "requester.json: descriptor file not found" in resp.stderr
+    lis = Proc(sample("rdma_write_responder", "--descriptor-dir", d, "--timeout", "3"))
+    procs.append(lis)
+    lis.wait_stderr("wrote")
+    con = Proc(sample("rdma_read_requester", "--descriptor-dir", d, "--timeout", "3"))
+    procs.append(con)
+    assert con.finish() == 1
+    assert one_line(con.stderr).endswith("the responder runs sample 'rdma_write', not 'rdma_read'")
+    assert lis.finish() == 1
+    assert "requester.json: descriptor file not found after waiting 3s" in one_line(lis.stderr)
 
 
 def test_unknown_device(procs: List[Proc]) -> None:
-    req = Proc(sample("rdma_write", "requester", "--connect", "127.0.0.1:1", "--device", "nope0"))
-    procs.append(req)
-    assert req.finish() == 1
-    assert "no DOCA device named 'nope0'" in req.stderr
+    con = Proc(sample("rdma_write_requester", "--connect", "127.0.0.1:1", "--device", "nope0"))
+    procs.append(con)
+    assert con.finish() == 1
+    assert "no DOCA device named 'nope0'" in one_line(con.stderr)
 
 
 def test_missing_backend_is_one_line() -> None:
@@ -243,7 +342,7 @@ def test_missing_backend_is_one_line() -> None:
     if pydoca.backend.name == "doca":
         pytest.skip("real DOCA is installed: PYDOCA_BACKEND=doca loads")
     env = {**os.environ, "PYDOCA_BACKEND": "doca"}
-    for argv in (sample("rdma_write", "requester", "--connect", "127.0.0.1:1"), sample("device_discovery")):
+    for argv in (sample("rdma_write_requester", "--connect", "127.0.0.1:1"), sample("device_discovery")):
         out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=WAIT, cwd=ROOT,
                              env=env)
         assert out.returncode == 1
@@ -252,15 +351,29 @@ def test_missing_backend_is_one_line() -> None:
 
 
 def test_help() -> None:
-    for name in PAIRS:
-        for argv in (["--help"], ["responder", "--help"], ["requester", "--help"]):
-            out = subprocess.run([sys.executable, *sample(name, *argv)], capture_output=True, text=True,
-                                 timeout=WAIT, cwd=ROOT)
-            assert out.returncode == 0, out.stderr
-            assert "usage:" in out.stdout
-    out = subprocess.run([sys.executable, *sample("rdma_write", "requester")], capture_output=True, text=True,
+    for name in [n for pair in PAIRS for n in pair]:
+        out = subprocess.run([sys.executable, *sample(name, "--help")], capture_output=True, text=True,
+                             timeout=WAIT, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        assert "usage:" in out.stdout and "--descriptor-dir" in out.stdout
+    out = subprocess.run([sys.executable, *sample("rdma_write_requester")], capture_output=True, text=True,
                          timeout=WAIT, cwd=ROOT)
     assert out.returncode == 2 and "--connect" in out.stderr
+
+
+def test_samples_show_the_doca_steps() -> None:
+    """Each sample creates its DOCA objects itself, with `with`, in both
+    connection modes; rdma_common.py hides none of them."""
+    for name in [n for pair in PAIRS for n in pair]:
+        text = (SAMPLES / f"{name}.py").read_text()
+        for step in ("common.open_device(args) as dev", "ProgressEngine(mode=args.progress) as pe",
+                     "Rdma(dev, pe, permissions=", "rdma.start()", "MemoryMap(", "args.descriptor_dir",
+                     "rdma.export()", "rdma.connect("):
+            assert step in text, (name, step)
+        assert ("rdma.listen(" in text) != ("rdma.connect_to(" in text), name
+    common = (SAMPLES / "rdma_common.py").read_text()
+    for hidden in ("MemoryMap(", "Rdma(", "ProgressEngine(", "BufferInventory(", ".export()", ".listen("):
+        assert hidden not in common, hidden
 
 
 def test_device_discovery() -> None:
@@ -292,30 +405,31 @@ def netns() -> Iterator[NetnsPair]:
         yield pair
 
 
-def _port(name: str, base: int) -> int:
+def _port(listener: str, base: int) -> int:
     """A port per pair: no test waits for another one's TIME_WAIT on the same port."""
-    return base + PAIRS.index(name)
+    return base + IDS.index(listener)
 
 
-@pytest.mark.parametrize("name", PAIRS)
-def test_netns_rdma_cm(procs: List[Proc], netns: NetnsPair, name: str) -> None:
-    port = _port(name, 18520)
-    _, req = run_pair(procs, name, ["--listen", f"{netns.ip_a}:{port}", *size_args(name, "1M"), "--timeout", "30"],
-                      ["--connect", f"{netns.ip_a}:{port}", "--timeout", "30"], cm=True,
-                      prefix_resp=ns_exec(netns.a), prefix_req=ns_exec(netns.b))
-    if name != "rdma_atomic":
-        assert f" {1 << 20} bytes" in req.stdout
+@pytest.mark.parametrize("listener", IDS)
+def test_netns_rdma_cm(procs: List[Proc], netns: NetnsPair, listener: str) -> None:
+    port = _port(listener, 18520)
+    size_l, size_c = size_args(listener, "1M")
+    _, con = run_pair(procs, listener, ["--listen", f"{netns.ip_a}:{port}", *size_l, "--timeout", "30"],
+                      ["--connect", f"{netns.ip_a}:{port}", *size_c, "--timeout", "30"], cm=True,
+                      prefix_l=ns_exec(netns.a), prefix_c=ns_exec(netns.b))
+    if listener != "rdma_atomic_responder":
+        assert f"OK {1 << 20} bytes in " in con.stdout
 
 
-@pytest.mark.parametrize("name", PAIRS)
-def test_netns_descriptor_dir(procs: List[Proc], netns: NetnsPair, name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("listener", IDS)
+def test_netns_descriptor_dir(procs: List[Proc], netns: NetnsPair, listener: str, tmp_path: Path) -> None:
     d = str(tmp_path / "desc")
-    _, req = run_pair(procs, name, ["--descriptor-dir", d, "--device", netns.va, *size_args(name, "1M"),
-                                    "--timeout", "30"],
-                      ["--descriptor-dir", d, "--device", netns.vb, "--timeout", "30"], cm=False,
-                      prefix_resp=ns_exec(netns.a), prefix_req=ns_exec(netns.b))
-    if name != "rdma_atomic":
-        assert f" {1 << 20} bytes" in req.stdout
+    size_l, size_c = size_args(listener, "1M")
+    _, con = run_pair(procs, listener, ["--descriptor-dir", d, "--device", netns.va, *size_l, "--timeout", "30"],
+                      ["--descriptor-dir", d, "--device", netns.vb, *size_c, "--timeout", "30"], cm=False,
+                      prefix_l=ns_exec(netns.a), prefix_c=ns_exec(netns.b))
+    if listener != "rdma_atomic_responder":
+        assert f"OK {1 << 20} bytes in " in con.stdout
     assert os.listdir(d) == [], "both sides remove their descriptor files"
 
 
@@ -323,15 +437,14 @@ def test_netns_loopbacks_are_separate(procs: List[Proc], netns: NetnsPair) -> No
     """Each namespace has its own loopback: a requester in B connecting to
     127.0.0.1 does not reach a responder listening on A's loopback; both fail
     cleanly within their timeouts."""
-    resp = Proc(sample("rdma_write", "responder", "--listen", "127.0.0.1:18516", "--size", "4K", "--timeout", "4"),
-                prefix=ns_exec(netns.a))
-    procs.append(resp)
-    resp.wait_stderr("listening on 127.0.0.1:18516")
-    req = Proc(sample("rdma_write", "requester", "--connect", "127.0.0.1:18516", "--timeout", "4"),
+    lis = Proc(sample("rdma_write_responder", "--listen", "127.0.0.1:18516", "--size", "4K", "--timeout", "4"),
+               prefix=ns_exec(netns.a))
+    procs.append(lis)
+    lis.wait_stderr("listening on 127.0.0.1:18516")
+    con = Proc(sample("rdma_write_requester", "--connect", "127.0.0.1:18516", "--timeout", "4"),
                prefix=ns_exec(netns.b))
-    procs.append(req)
-    assert req.finish() == 1, req.stdout
-    assert "rdma_write requester: FAILED: " in req.stderr and "127.0.0.1:18516" in req.stderr
-    assert resp.finish() == 1, resp.stdout
-    assert "rdma_write responder: FAILED: timed out after 4s waiting for a requester to connect to port 18516" \
-        in resp.stderr
+    procs.append(con)
+    assert con.finish() == 1, con.stdout
+    assert "rdma_write_requester: FAILED: " in one_line(con.stderr) and "127.0.0.1:18516" in con.stderr
+    assert lis.finish() == 1, lis.stdout
+    assert one_line(lis.stderr) == "rdma_write_responder: FAILED: no incoming connection established within 4s"
