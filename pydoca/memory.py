@@ -116,7 +116,8 @@ class MemoryMap(Resource):
         out = ffi.new("struct doca_mmap **")
         user_data = ffi.new("union doca_data *")
         check(lib.doca_mmap_create_from_export(user_data, ffi.from_buffer(data), len(data), dev_handle, out),
-              "doca_mmap_create_from_export")
+              f"doca_mmap_create_from_export (the {len(data)}-byte memory descriptor was refused: it must be "
+              "the bytes the peer's MemoryMap.export_rdma() returned, unmodified, from the same DOCA backend)")
         obj = cls.__new__(cls)
         Resource.__init__(obj, dev)
         handle = obj._handle = out[0]

@@ -228,12 +228,12 @@ def _stub(name: str) -> Callable[..., Any]:
         result = ffi.typeof(ffi.addressof(_cffi_lib, name)).result.cname
     except (AttributeError, TypeError, ffi.error):  # pragma: no cover - defensive
         result = ""
-    if result in ("doca_error_t", "enum doca_error"):
-        def missing_call(*args: Any) -> int:
+    returns_code = result in ("doca_error_t", "enum doca_error")
+
+    def missing_call(*args: Any) -> Any:
+        if returns_code:
             return DOCA_ERROR_NOT_SUPPORTED
-    else:
-        def missing_call(*args: Any) -> Any:
-            raise not_supported(name)
+        raise not_supported(name)
     missing_call.__name__ = name
     missing_call.__qualname__ = name
     missing_call.__doc__ = f"{name}: not in this DOCA runtime (added in DOCA {versions.added_in(name)})"

@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         from ..perftest.compare import run as compare
         return compare(args)
     from ..perftest import run as R
-    fn: Callable[..., Dict[str, Any]] = {"lat": R.lat, "bw": R.bw, "rate": R.rate, "peer": R.peer}[kind]
+    table: Dict[str, Callable[..., Dict[str, Any]]] = {"lat": R.lat, "bw": R.bw, "rate": R.rate, "peer": R.peer}
+    fn = table[kind]
     kw: Dict[str, Any] = {"rounds": args.rounds, "progress": args.progress, "transport": args.transport}
     if kind != "peer":
         kw.update(op=args.op, size=args.size)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import inspect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Deque, Optional
+from typing import TYPE_CHECKING, Any, Callable, Deque, Optional, Tuple
 
 import numpy as np
 
@@ -70,9 +70,9 @@ class Endpoint:
         self.ops = 0
         self.errors = 0
 
-    def args(self, first: Any, length: int, info: RequesterInfo) -> tuple:
+    def args(self, first: Any, length: int, info: RequesterInfo) -> Tuple[Any, ...]:
         """The handler's arguments: (payload[, requester]) for calls, (view, length[, requester]) otherwise."""
-        base: tuple = (first,) if self.kind is Kind.CALL else (first, length)
+        base: Tuple[Any, ...] = (first,) if self.kind is Kind.CALL else (first, length)
         return base + (info,) if self.wants_requester else base
 
     def __repr__(self) -> str:

@@ -20,7 +20,7 @@ import ipaddress
 import os
 import secrets
 import socket
-from typing import Any, Deque, Dict, List, Optional, Union, overload
+from typing import Any, Deque, Dict, List, Optional, Set, Union, overload
 
 import numpy as np
 
@@ -406,7 +406,7 @@ class Requester:
         """Start queued operations in order while the window and their endpoint's credit allow."""
         if self._fatal is not None or self._closed:
             return
-        blocked: set = set()
+        blocked: Set[int] = set()
         for op in list(self._queue):
             if len(self._active) >= self.window:
                 return

@@ -231,7 +231,7 @@ class Responder:
     def run_once(self, timeout: float = 0.1) -> int:
         """Wait up to ``timeout`` for events and finished handlers, handle them; returns how many."""
         self._wait(timeout)
-        self._guard("progress", lambda: self.pe.progress_all(limit=256))
+        self._guard("progress", lambda: None if self.pe.progress_all(limit=256) is None else None)
         n = 0
         for job in self.pool.take():
             n += 1

@@ -16,7 +16,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, Deque, List, Optional
+from typing import Any, Callable, Deque, List, Optional, Tuple
 
 from pydoca._log import get_logger
 
@@ -28,7 +28,7 @@ class Job:
 
     __slots__ = ("fn", "args", "context", "deadline", "value", "error", "done", "timed_out", "started", "future")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple, context: Any, timeout: Optional[float]) -> None:
+    def __init__(self, fn: Callable[..., Any], args: Tuple[Any, ...], context: Any, timeout: Optional[float]) -> None:
         self.fn, self.args, self.context = fn, args, context
         self.started = time.monotonic()
         self.deadline = None if timeout is None else self.started + timeout

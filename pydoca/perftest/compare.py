@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import run as R
+from .session import backend_name
 from .summary import TcpBench, _spawn, free_port, timed
 
 
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     for key in rounds[0]:
         vals = [r[key] for r in rounds if r[key] is not None]
         med[key] = statistics.median(vals) if vals else None   # type: ignore[type-var]
-    print(f"pydoca bench compare: backend {R.backend_name()}, {args.rounds} interleaved rounds (medians)")
+    print(f"pydoca bench compare: backend {backend_name()}, {args.rounds} interleaved rounds (medians)")
     for key, value in med.items():
         vals = [r[key] for r in rounds if r[key] is not None]
         shown = "not available" if value is None else f"{value:,.1f} (rounds {min(vals):,.1f}-{max(vals):,.1f})"  # type: ignore[type-var]
@@ -149,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {label:52s} {ratio:7.2f}  target {target}{'' if ok(ratio) else '  (not met)'}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"backend": R.backend_name(), "rounds": rounds, "medians": med, "ratios": table}, fh, indent=2)
+            json.dump({"backend": backend_name(), "rounds": rounds, "medians": med, "ratios": table}, fh, indent=2)
     if args.plot:
         _plot(table, args.plot)
     return 0

@@ -267,7 +267,9 @@ class Rdma(BatchMixin, Context):
         if not isinstance(peer_details, (bytes, bytearray, memoryview)) or len(peer_details) == 0:
             raise ValueError("peer details must be non-empty bytes")
         blob = bytes(peer_details)
-        check(lib.doca_rdma_connect(self._rdma, blob, len(blob), conn.handle), "doca_rdma_connect")
+        check(lib.doca_rdma_connect(self._rdma, blob, len(blob), conn.handle),
+              f"doca_rdma_connect (the peer's {len(blob)}-byte connection blob was refused: it must be the "
+              "bytes the peer's Rdma.export() returned, unmodified, from the same DOCA backend, used once)")
         return conn
 
     # -- RDMA CM -----------------------------------------------------------

@@ -26,7 +26,8 @@ def pattern(size: int, seed: int = 1) -> np.ndarray:
     """Deterministic bytes: ``(i * 131 + seed) & 0xff`` repeated."""
     block = ((np.arange(4096, dtype=np.uint32) * 131 + seed) & 0xFF).astype(np.uint8)
     reps = -(-size // block.size)
-    return np.tile(block, reps)[:size].copy()
+    out: np.ndarray = np.tile(block, reps)[:size].copy()
+    return out
 
 
 def _target(size: int, metadata: Optional[str]) -> Tuple["subprocess.Popen[str]", str]:

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 
 def available() -> bool:
@@ -43,7 +43,7 @@ def run_mooncake(args: argparse.Namespace) -> Dict[str, Any]:
             target.stdout.close()
 
 
-def _main(argv: list) -> int:
+def _main(argv: List[str]) -> int:
     import numpy as np
     from mooncake.engine import TransferEngine
     te = TransferEngine()
