@@ -262,8 +262,12 @@ class Task(Generic[T]):
         return self.value
 
     def __await__(self) -> Generator[Any, None, Optional[T]]:
-        from .aio import wait_task
-        return wait_task(self).__await__()
+        return self._await().__await__()
+
+    async def _await(self, timeout: Optional[float] = 10.0) -> Optional[T]:
+        from ._loop import wait_for          # the loop driver knows only the engine (no pydoca.aio here)
+        await wait_for(self.ctx.pe, lambda: self.done, timeout=timeout)
+        return self.result(0)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.status.value}>"

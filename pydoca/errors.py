@@ -6,7 +6,7 @@ code, DOCA's name for it and its description.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Any, Callable, Dict, Optional, Type
 
 
 class DocaError(Exception):
@@ -197,12 +197,15 @@ NAMES: Dict[int, str] = {0: "DOCA_SUCCESS", **{code: cls.name for code, cls in E
 DESCRIPTIONS: Dict[int, str] = {}
 
 
+#: Set by pydoca._native once a backend is loaded (errors stays the lowest layer):
+#: ``describe(code) -> str`` (doca_error_get_descr) and ``missing(message) -> NotSupportedError | None``.
+HOOKS: Dict[str, Callable[..., Any]] = {}
+
+
 def _describe(code: int) -> str:
     if code not in DESCRIPTIONS:
         try:
-            from ._native import ffi, lib
-            raw = lib.doca_error_get_descr(code)
-            DESCRIPTIONS[code] = ffi.string(raw).decode() if raw != ffi.NULL else ""
+            DESCRIPTIONS[code] = HOOKS["describe"](code) if "describe" in HOOKS else ""
         except Exception:  # noqa: BLE001 - description is best effort
             DESCRIPTIONS[code] = ""
     return DESCRIPTIONS[code]
@@ -217,11 +220,10 @@ def error_for(code: int, message: str = "") -> DocaError:
     """
     if int(code) == NotSupportedError.code and message:
         try:
-            from ._native import missing_note
-            detailed = missing_note(message)
+            detailed = HOOKS["missing"](message) if "missing" in HOOKS else None
         except Exception:  # noqa: BLE001 - the plain error below is still right
             detailed = None
-        if detailed is not None:
+        if isinstance(detailed, DocaError):
             return detailed
     cls = ERRORS.get(int(code), DocaError)
     return cls(message, code=int(code), description=_describe(int(code)))

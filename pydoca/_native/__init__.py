@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from pydoca._log import get_logger
+from pydoca import errors as _errors
 from pydoca.errors import NotSupportedError
 
 from . import versions
@@ -267,6 +268,14 @@ def missing_note(message: str) -> Optional[NotSupportedError]:
     """For errors.check: the detailed NotSupportedError when ``message`` names a missing function."""
     head = message.split(" ", 1)[0].split(":", 1)[0].strip() if message else ""
     return not_supported(head) if head in _MISSING else None
+
+
+def _describe(code: int) -> str:
+    raw = lib.doca_error_get_descr(code)
+    return ffi.string(raw).decode() if raw != ffi.NULL else ""
+
+
+_errors.HOOKS.update(describe=_describe, missing=missing_note)
 
 
 __all__ = ["ffi", "lib", "backend", "BackendInfo", "BackendError", "check_version", "parse_version",

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     store = None
     if args.publish:
-        from ..transfer.metadata import open_store
+        from ..transfer.stores import open_store
         store = open_store(args.publish)
     with resp:
         if args.descriptor_file:

@@ -94,7 +94,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _segments(args: argparse.Namespace) -> int:
-    from ..transfer.metadata import PREFIX, open_store
+    from ..transfer.metadata import PREFIX
+    from ..transfer.stores import open_store
     from .main import format_table
     with open_store(args.metadata) as store:
         found = {k[len(PREFIX) + 10:]: v for k, v in store.list(f"{PREFIX}/segments/").items()}

@@ -194,7 +194,7 @@ class TaskBatch:
             raise BatchError(f"{self.failed} of {self.n} {self.kind} tasks failed ({first})", errs)
 
     def __await__(self) -> Generator[Any, None, None]:
-        from ..aio import wait_for
+        from .._loop import wait_for
         return wait_for(self.ctx.pe, lambda: self.poll(), timeout=None).__await__()
 
     def __repr__(self) -> str:

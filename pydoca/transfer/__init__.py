@@ -15,7 +15,8 @@ from __future__ import annotations
 from .batch import Op, Request, RequestStatus, State, TransferBatch
 from .engine import TransferEngine
 from .errors import MetadataError, SegmentNotFound, StaleSegment, TransferError
-from .metadata import EmbeddedStore, MetadataStore, open_store
+from .metadata import EmbeddedStore, MetadataStore
+from .stores import open_store
 from .segments import LocalSegment, RemoteSegment
 
 __all__ = ["EmbeddedStore", "LocalSegment", "MetadataError", "MetadataStore", "Op", "RemoteSegment", "Request",

@@ -163,7 +163,7 @@ class TransferBatch:
     async def _await(self) -> "TransferBatch":
         import asyncio
 
-        from ..aio import wait_for
+        from .._loop import wait_for
 
         def finished() -> bool:
             for p in self._parts:

@@ -103,13 +103,14 @@ def run_pydoca(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> Dict[str, Any]:
-    from ..perftest.session import backend_name
     from rich.console import Console
+
+    from .._native import backend
     console = Console(stderr=True)
     with console.status(f"pydoca transfer bench: {args.op} {args.block_size} B x {args.batch_size}, "
                         f"{args.threads} thread(s), {args.duration:g}s"):
         mine = run_pydoca(args)
-    result: Dict[str, Any] = {"backend": backend_name(), "op": args.op, "block_size": args.block_size,
+    result: Dict[str, Any] = {"backend": str(backend.name), "op": args.op, "block_size": args.block_size,
                               "batch_size": args.batch_size, "threads": args.threads, "duration": args.duration,
                               **mine}
     print(f"pydoca transfer bench: {args.op} {args.block_size} B x {args.batch_size} per batch, {args.threads} "

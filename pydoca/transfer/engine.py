@@ -31,7 +31,8 @@ from ..peer.spec import split_address
 from ..rdma.batch import TaskBatch
 from .batch import Op, Request, TransferBatch, _Part
 from .errors import SegmentNotFound, StaleSegment, TransferError
-from .metadata import PREFIX, MetadataStore, open_store
+from .metadata import PREFIX, MetadataStore
+from .stores import open_store
 from .segments import LocalSegment, RemoteSegment, as_memory
 from .topology import Matrix, choose_device, memory_numa
 
