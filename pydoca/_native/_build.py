@@ -13,7 +13,8 @@ so the module also loads on a runtime that lacks them (see ``optional_c``).
 from __future__ import annotations
 
 import os
-from typing import Dict, Iterable
+import runpy
+from typing import Dict, Iterable, Tuple
 
 from cffi import FFI
 
@@ -41,8 +42,6 @@ def _read(name: str) -> str:
 
 def _optional() -> Dict[str, str]:
     """versions.OPTIONAL, read by path (importing pydoca._native would load a backend)."""
-    import runpy
-
     return dict(runpy.run_path(os.path.join(HERE, "versions.py"))["OPTIONAL"])
 
 
@@ -69,8 +68,18 @@ def optional_c(names: Iterable[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-SHIM_CDEF = _read("shim_types.h") + _read("shim.h")       # what cffi parses
-SHIM_C = _read("shim.c") + optional_c(sorted(_optional()))  # the shims, then the optional-symbol table
+def _task_types() -> Tuple[str, ...]:
+    """task_types.TASK_TYPES, read by path (the one list of RDMA task types)."""
+    return tuple(runpy.run_path(os.path.join(HERE, "task_types.py"))["TASK_TYPES"])
+
+
+TASK_CDEF = "".join(f"doca_error_t pydoca_rdma_task_{t}_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);\n"
+                    for t in _task_types())
+TASK_SHIMS = "\n".join(f"PYDOCA_TASK_SHIM({t})" for t in _task_types())
+
+SHIM_CDEF = _read("shim_types.h") + _read("shim.h") + TASK_CDEF         # what cffi parses
+SHIM_C = (_read("shim.c").replace("PYDOCA_TASK_SHIMS", TASK_SHIMS)      # the shims,
+          + optional_c(sorted(_optional())))                              # then the optional-symbol table
 
 ffibuilder = FFI()
 ffibuilder.cdef(read_cdefs() + SHIM_CDEF)

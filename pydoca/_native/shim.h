@@ -6,14 +6,6 @@ doca_error_t pydoca_ctx_set_state_cb(struct doca_ctx *ctx);
 doca_error_t pydoca_rdma_set_conn_cbs(struct doca_rdma *rdma);
 uint64_t pydoca_task_get_user_data(const struct doca_task *task);
 
-doca_error_t pydoca_rdma_task_receive_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
-doca_error_t pydoca_rdma_task_send_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
-doca_error_t pydoca_rdma_task_send_imm_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
-doca_error_t pydoca_rdma_task_read_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
-doca_error_t pydoca_rdma_task_write_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
-doca_error_t pydoca_rdma_task_write_imm_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
-doca_error_t pydoca_rdma_task_atomic_cmp_swp_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
-doca_error_t pydoca_rdma_task_atomic_fetch_add_set_conf(struct doca_rdma *rdma, uint32_t num_tasks);
 
 /* Task batches: see shim_types.h. */
 doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,

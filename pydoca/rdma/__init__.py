@@ -21,6 +21,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Union
 from pydoca._log import get_logger
 
 from .._native import ffi, lib
+from .._native.task_types import TASK_TYPES
 from ..buffer import Buffer
 from ..ctx import Context, CtxState
 from ..device import Device
@@ -35,7 +36,7 @@ from .tasks import AtomicTask, Opcode, ReadTask, Received, ReceiveTask, SendTask
 log = get_logger()
 
 AcceptPolicy = Callable[[Connection], Union[bool, bytes, None]]
-_TASK_TYPES = ("receive", "send", "send_imm", "read", "write", "write_imm", "atomic_cmp_swp", "atomic_fetch_add")
+_TASK_TYPES = TASK_TYPES
 _EV_REQUEST, _EV_ESTABLISHED, _EV_FAILURE, _EV_DISCONNECT = range(4)
 
 

@@ -1,0 +1,3 @@
+"""The DOCA RDMA task types pydoca configures: the one list (read by _build.py to generate the
+C shims of shim.c, and by pydoca.rdma to configure each type)."""
+TASK_TYPES = ("receive", "send", "send_imm", "read", "write", "write_imm", "atomic_cmp_swp", "atomic_fetch_add")
