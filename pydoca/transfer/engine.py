@@ -38,6 +38,7 @@ from .topology import Matrix, choose_device, memory_numa
 
 log = get_logger()
 SEGMENTS = f"{PREFIX}/segments/"
+STAGE_CHUNK = 64 << 10        # small transfers from/to unregistered memory go through staging chunks
 
 
 class _Peer:
@@ -97,6 +98,7 @@ class TransferEngine:
         self.inventory = BufferInventory(max(1024, 8 * self.max_inflight))
         self._stage = np.zeros(self.staging_size, dtype=np.uint8)
         self._stage_map = MemoryMap(self.dev, self._stage, access=Access.LOCAL_READ_WRITE)
+        self._stage_free = list(range(self.staging_size // STAGE_CHUNK))
         self._thread = threading.Thread(target=self.responder.serve_forever, name="pydoca-transfer", daemon=True)
         self._thread.start()
         log.info("transfer engine serving", address=self.address, device=self.dev.info.ibdev_name)
@@ -319,9 +321,27 @@ class TransferEngine:
                                 f"({view.nbytes} bytes)")
         if op is Op.READ and view.readonly:
             raise TransferError("a read needs a writable local buffer")
+        if req.length <= STAGE_CHUNK and self._stage_free:
+            return self._staged(view[req.local_offset:req.local_offset + req.length], op, cleanup)
         mm = MemoryMap(self.dev, view, access=Access.LOCAL_READ_ONLY if view.readonly else Access.LOCAL_READ_WRITE)
         cleanup.append(mm.close)
         return mm, req.local_offset
+
+    def _staged(self, view: memoryview, op: Op, cleanup: List[Callable[[], None]]) -> Tuple[MemoryMap, int]:
+        """A pre-registered staging chunk for a small transfer (no registration per batch): a write's bytes are
+        copied in now; a read's are copied out when the batch is released."""
+        chunk = self._stage_free.pop()
+        start = chunk * STAGE_CHUNK
+        area = self._stage.data[start:start + view.nbytes]
+        if op is Op.WRITE:
+            area[:] = view
+
+        def release() -> None:
+            if op is Op.READ:
+                view[:] = area
+            self._stage_free.append(chunk)
+        cleanup.append(release)
+        return self._stage_map, start
 
     def transfer(self, requests: Sequence[Request], timeout: Optional[float] = 30.0) -> None:
         """Submit and wait; TransferError names the requests that failed."""
