@@ -29,6 +29,7 @@ class Peer:
     def __init__(self) -> None:
         self.stack = ExitStack()
         self.recvs: List[Any] = []
+        self.events: List[str] = []     # connection states reported by Rdma.on_connection
 
     def start(self, size: int, access: int, permissions: int, mode: str, port: int = 0,
               accept: bool = True, rnr_retry: int | None = None, fill: int = 0,
@@ -39,6 +40,7 @@ class Peer:
         self.mem = bytearray([fill]) * size
         self.rdma = s.enter_context(pydoca.Rdma(self.dev, self.pe, permissions=Access(permissions),
                                                 rnr_retry_count=rnr_retry))
+        self.rdma.on_connection = lambda c, st: self.events.append(st.value)
         self.mm = pydoca.MemoryMap(self.dev, self.mem, access=Access(access))
         self.inv = s.enter_context(pydoca.BufferInventory(64))
         out: Dict[str, Any] = {"mmap": b64(self.mm.export_rdma()), "addr": self.mm.address}
@@ -92,6 +94,35 @@ class Peer:
         while time.monotonic() < end:
             self.pe.wait(0.05)
         return {"states": [c.state.value for c in self.rdma.connections]}
+
+    def conn_events(self, want: str = "", wait: float = 5.0) -> Dict[str, Any]:
+        """Progress until a connection event ``want`` was seen (or ``wait`` seconds); return them all."""
+        import time
+        end = time.monotonic() + wait
+        while time.monotonic() < end and want not in self.events:
+            self.pe.wait(0.05)
+        return {"events": self.events}
+
+    def write_burst(self, blob: str, n: int, size: int) -> Dict[str, Any]:
+        """Submit n writes of size bytes into the peer's mmap ``blob`` and return
+        at once (the tasks stay outstanding); see burst_results."""
+        import time
+        rm = pydoca.MemoryMap.from_export(self.dev, unb64(blob))
+        self.stack.callback(rm.close)
+        self.burst = [self.rdma.write(self.conn, self.inv.buffer(self.mm, offset=i * size, length=size),
+                                      self.inv.buffer(rm, offset=i * size, length=size)) for i in range(n)]
+        submitted = time.monotonic()
+        self.pe.progress_all()
+        return {"submitted": submitted, "done": sum(t.done for t in self.burst)}
+
+    def burst_results(self, wait: float) -> Dict[str, Any]:
+        """Progress until every write of the burst completed; when and how each did."""
+        try:
+            self.pe.run_until(lambda: all(t.done for t in self.burst), wait, what="the burst")
+        except TimeoutError:
+            pass
+        return {"results": [{"error": t.error.name if t.error is not None else None, "message": str(t.error),
+                             "at": t.completed_at} for t in self.burst]}
 
     def send_then_disconnect(self, text: str) -> Dict[str, Any]:
         mem = bytearray(text.encode())

@@ -39,31 +39,41 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def test_requesters_are_isolated(server: Server) -> None:
-    """Each requester gets its own region; forged descriptors for a neighbour's are refused, its bytes intact."""
-    a, b = RawClient(server.port), RawClient(server.port)
+    """Each requester gets its own region; forged descriptors for a neighbour's are refused, its bytes intact.
+    A refused RDMA access is fatal for the forger's connection (RC semantics), so each forgery uses a fresh one."""
+    a = RawClient(server.port)
     try:
-        ha, hb = a.hello("a"), b.hello("b")
+        ha = a.hello("a")
         assert all("mmap" not in e for e in ha["endpoints"]), "endpoint buffers must not be exported"
-        assert a.region_blob and b.region_blob and a.region_blob != b.region_blob
         slot = next(e["slot"] for e in ha["endpoints"] if e["path"] == "/store")
         secret = hashlib.sha256(b"a's upload").digest() * 128              # 4 KiB
         task, _ = a.rdma_op("write", a.region_blob, slot, data=secret)
         assert task.error is None
         refused = attempts = 0
-        for delta in (-3, -2, -1, 1, 2, 3):                                  # neighbouring map ids
-            for kind in ("read", "write"):
-                attempts += 1
+        attempts_list = [(delta, kind) for delta in (-3, -2, -1, 1, 2, 3) for kind in ("read", "write")]
+        attempts_list.append((None, "read"))                                 # past its own region
+        for delta, kind in attempts_list:
+            attempts += 1
+            b = RawClient(server.port)
+            try:
+                b.hello("b")
+                assert b.region_blob and b.region_blob != a.region_blob
+                if delta is None:
+                    size = struct.unpack_from("<Q", b.region_blob, 32)[0]
+                    blob, offset = forge(b.region_blob, length=1 << 30), size
+                else:
+                    blob, offset = forge(b.region_blob, id_delta=delta), slot
                 try:
-                    task, got = b.rdma_op(kind, forge(b.region_blob, id_delta=delta), slot, data=b"x" * 64,
-                                          length=64) if kind == "write" else \
-                        b.rdma_op(kind, forge(b.region_blob, id_delta=delta), slot, length=64)
+                    task, got = b.rdma_op(kind, blob, offset, data=b"x" * 64, length=64) if kind == "write" else \
+                        b.rdma_op(kind, blob, offset, length=64)
                 except Exception:  # noqa: BLE001 - refused at parse time counts as refused
                     refused += 1
                     continue
                 refused += task.error is not None
-        size = struct.unpack_from("<Q", b.region_blob, 32)[0]
-        task, _ = b.rdma_op("read", forge(b.region_blob, length=1 << 30), size, length=64)  # past its region
-        assert task.error is not None, "a read past the requester's own region succeeded"
+                if task.error is not None:                                   # RC: the forger's connection breaks
+                    b.wait_closed(5)
+            finally:
+                b.close()
         assert refused == attempts, f"{attempts - refused} of {attempts} forged accesses succeeded"
         task, back = a.rdma_op("read", a.region_blob, slot, length=len(secret))
         assert task.error is None and back == secret, "a's bytes changed"
@@ -71,11 +81,13 @@ def test_requesters_are_isolated(server: Server) -> None:
     finally:
         a.close()
     time.sleep(0.3)                                                          # the responder revokes a's region
+    c = RawClient(server.port)
     try:
-        task, _ = b.rdma_op("read", a_blob, slot, length=64)
+        c.hello("c")
+        task, _ = c.rdma_op("read", a_blob, slot, length=64)
         assert task.error is not None, "a departed requester's region is still readable"
     finally:
-        b.close()
+        c.close()
 
 
 def _auth_server(cfg: Dict[str, Any]) -> tuple[Proc, str]:

@@ -117,29 +117,72 @@ def test_send_receive_and_immediates(local: Local, peer: PeerProc, mode: str) ->
     assert bytes.fromhex(peer.call("digest")["head"])[:0] == b""
 
 
-def _expect_fail(task: pydoca.Task[Any], exc: type) -> None:
-    with pytest.raises(exc):
+def _expect_fail(task: pydoca.Task[Any], exc: type) -> str:
+    with pytest.raises(exc) as info:
         task.result(10)
+    return str(info.value)
 
 
+def _peer_events(peer: PeerProc, want: str = "disconnected", timeout: float = 5.0) -> list:
+    """The peer's connection events, once ``want`` was among them (or after timeout)."""
+    return list(peer.call("conn_events", timeout=timeout + 5, want=want, wait=timeout)["events"])
+
+
+# A remote access error is fatal for an RC connection (IBTA; DOCA RDMA runs on
+# RC QPs): the refused task fails NOT_PERMITTED with softdoca's detail naming
+# the side and the cause, other tasks on that connection are flushed, and both
+# ends see the connection go (so each refused op below gets its own connection).
 @pytest.mark.parametrize("mode", MODES)
 def test_write_without_permission_leaves_target_untouched(local: Local, peer: PeerProc, mode: str) -> None:
     conn, started = connect(local, peer, mode, access=Access.LOCAL_READ_WRITE | Access.RDMA_READ, fill=0x11)
     before = peer.call("digest")["sha"]
     lm = local.local(pattern(4096))
     rm = local.remote(started["mmap"])
-    _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm, length=4096)), E.NotPermittedError)
+    msg = _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm, length=4096)),
+                       E.NotPermittedError)
+    # names the side, the missing flag, what the map has, the fix, and both lengths
+    assert "target refused: remote mmap" in msg and "lacks RDMA_WRITE (has LOCAL_READ_WRITE|RDMA_READ)" in msg, msg
+    assert "grant RDMA_WRITE on the target's MemoryMap" in msg, msg
+    assert "local source data 4096 bytes" in msg and "remote destination room 4096 bytes" in msg, msg
     assert peer.call("digest")["sha"] == before
+    # RC semantics: both ends lose the connection
+    local.pe.run_until(lambda: conn.closed, 5, what="the requester's connection to break")
+    assert "disconnected" in _peer_events(peer)
 
 
-def test_read_and_atomic_without_permission(local: Local, peer: PeerProc) -> None:
+def test_refused_op_flushes_the_other_tasks_of_its_connection(local: Local, peer: PeerProc) -> None:
+    conn, started = connect(local, peer, "oob", access=Access.LOCAL_READ_WRITE | Access.RDMA_READ)
+    lm = local.local(pattern(1 << 16))
+    rm = local.remote(started["mmap"])
+    srcs = [local.inv.buffer(lm, offset=i * 4096, length=4096) for i in range(8)]
+    dsts = [local.inv.buffer(rm, offset=i * 4096, length=4096, empty=True) for i in range(8)]
+    batch = local.rdma.write_batch(conn, srcs, dsts)     # one doorbell: all 8 are on the wire together
+    with pytest.raises(pydoca.BatchError) as info:
+        batch.result(10)
+    errors = [e for _, e in info.value.failed]
+    assert len(errors) == 8 and isinstance(errors[0], E.NotPermittedError), [str(e) for e in errors]
+    # the rest: flushed (CONNECTION_RESET) or, submitted after the break, NOT_CONNECTED
+    assert all(isinstance(e, (E.DocaConnectionResetError, E.NotConnectedError)) for e in errors[1:]), \
+        [str(e) for e in errors]
+    local.pe.run_until(lambda: conn.closed, 5, what="the requester's connection to break")
+    for b in srcs + dsts:
+        b.close()
+
+
+@pytest.mark.parametrize("op", ["read", "fetch_add"])
+def test_read_and_atomic_without_permission(local: Local, peer: PeerProc, op: str) -> None:
     conn, started = connect(local, peer, "oob", access=Access.LOCAL_READ_WRITE | Access.RDMA_WRITE)
     lm = local.local(bytearray(64))
     rm = local.remote(started["mmap"])
-    _expect_fail(local.rdma.read(conn, local.inv.buffer(rm, length=64), local.inv.buffer(lm, empty=True)),
-                 E.NotPermittedError)
-    _expect_fail(local.rdma.fetch_add(conn, local.inv.buffer(rm, length=8), local.inv.buffer(lm, length=8, empty=True),
-                                      add=1), E.NotPermittedError)
+    if op == "read":
+        msg = _expect_fail(local.rdma.read(conn, local.inv.buffer(rm, length=64), local.inv.buffer(lm, empty=True)),
+                           E.NotPermittedError)
+        assert "lacks RDMA_READ (has LOCAL_READ_WRITE|RDMA_WRITE)" in msg, msg
+    else:
+        msg = _expect_fail(local.rdma.fetch_add(conn, local.inv.buffer(rm, length=8),
+                                                local.inv.buffer(lm, length=8, empty=True), add=1),
+                           E.NotPermittedError)
+        assert "target refused" in msg and "RDMA_ATOMIC" in msg, msg
 
 
 def test_rdma_context_permissions_are_enforced(local: Local, peer: PeerProc) -> None:
@@ -148,7 +191,9 @@ def test_rdma_context_permissions_are_enforced(local: Local, peer: PeerProc) -> 
     before = peer.call("digest")["sha"]
     lm = local.local(pattern(128))
     rm = local.remote(started["mmap"])
-    _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm, length=128)), E.NotPermittedError)
+    msg = _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm, length=128)),
+                       E.NotPermittedError)
+    assert "target refused: the target's RDMA context lacks RDMA_WRITE (has LOCAL_READ_WRITE|RDMA_READ)" in msg, msg
     assert peer.call("digest")["sha"] == before
 
 
@@ -157,23 +202,46 @@ def _forged(blob: bytes, **changes: int) -> bytes:
     return forge_export(blob, **changes)
 
 
-def test_out_of_bounds_and_wrong_key_and_stopped_mmap(local: Local, peer: PeerProc) -> None:
+@pytest.mark.parametrize("case", ["bounds", "key", "stopped"])
+def test_out_of_bounds_and_wrong_key_and_stopped_mmap(local: Local, peer: PeerProc, case: str) -> None:
     conn, started = connect(local, peer, "oob", fill=0x22)
     before = peer.call("digest")["sha"]
     blob = base64.b64decode(started["mmap"])
     lm = local.local(pattern(4096))
-    # a descriptor claiming a larger range than the peer registered: the target refuses
-    big = local.remote(base64.b64encode(_forged(blob, length=SIZE * 4)).decode())
-    _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(big, offset=SIZE, length=4096)),
-                 E.NotPermittedError)
-    # a wrong access key
-    bad = local.remote(base64.b64encode(_forged(blob, key_xor=1)).decode())
-    _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(bad, length=4096)), E.NotPermittedError)
+    if case == "bounds":
+        # a descriptor claiming a larger range than the peer registered: the target refuses
+        big = local.remote(base64.b64encode(_forged(blob, length=SIZE * 4)).decode())
+        msg = _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(big, offset=SIZE,
+                                                                                         length=4096)),
+                           E.NotPermittedError)
+        assert "target refused: remote range" in msg and "+4096) is outside mmap" in msg, msg
+        assert f"+{SIZE})" in msg, msg                       # the map's real length
+    elif case == "key":
+        bad = local.remote(base64.b64encode(_forged(blob, key_xor=1)).decode())
+        msg = _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(bad, length=4096)),
+                           E.NotPermittedError)
+        assert "target refused: wrong access key" in msg, msg
+    else:
+        peer.call("stop_mmap")                               # a stopped mmap (stale key)
+        good = local.remote(started["mmap"])
+        msg = _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(good, length=4096)),
+                           E.NotPermittedError)
+        assert "target refused" in msg and "is not registered on the target" in msg, msg
+        return
     assert peer.call("digest")["sha"] == before
-    # a stopped mmap (stale key)
-    peer.call("stop_mmap")
-    good = local.remote(started["mmap"])
-    _expect_fail(local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(good, length=4096)), E.NotPermittedError)
+
+
+def test_local_buffer_larger_than_remote_names_both_lengths(local: Local, peer: PeerProc) -> None:
+    conn, started = connect(local, peer, "oob", size=4096)
+    lm = local.local(pattern(8192))
+    rm = local.remote(started["mmap"])
+    with pytest.raises(E.InvalidValueError) as info:
+        local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(rm, length=4096)).result(10)
+    msg = str(info.value)
+    assert "local buffer holds 8192 bytes but the remote buffer is 4096 bytes" in msg, msg
+    # a synchronous refusal: the connection is fine
+    small = local.local(pattern(4096))
+    local.rdma.write(conn, local.inv.buffer(small), local.inv.buffer(rm, length=4096)).result(10)
 
 
 def test_send_without_receive_fails_like_rnr(local: Local, peer: PeerProc) -> None:

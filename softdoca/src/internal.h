@@ -56,7 +56,7 @@ uint64_t sd_env_ms(const char *name, uint64_t dflt);
  * detect use after destroy without dereferencing a freed pointer. A handle may
  * carry a kind so that a recycled address of another type is not mistaken for
  * a live handle. sd_handle_add returns 0 on success, -1 on allocation failure. */
-enum { SD_H_ANY = 0, SD_H_PE, SD_H_CTX, SD_H_MMAP, SD_H_INV, SD_H_DEV, SD_H_OTHER };
+enum { SD_H_ANY = 0, SD_H_PE, SD_H_CTX, SD_H_MMAP, SD_H_INV, SD_H_DEV, SD_H_OTHER, SD_H_CONN };
 int sd_handle_add(void *h);                       /* kind SD_H_OTHER */
 int sd_handle_add_kind(void *h, int kind);
 void sd_handle_del(void *h);
@@ -155,6 +155,16 @@ struct doca_mmap {
 doca_error_t sd_mmap_acquire(uint64_t id, const uint8_t key[SD_KEY_LEN], uint64_t addr,
 			     uint64_t len, uint32_t need_perm, struct doca_mmap **out);
 void sd_mmap_release(struct doca_mmap *map);
+/* Same as sd_mmap_acquire, saying why it refused: code, and once the key
+ * matched the map's base, length and permissions. */
+enum { SD_ACQ_OK = 0, SD_ACQ_NO_MAP, SD_ACQ_KEY, SD_ACQ_BOUNDS, SD_ACQ_PERM };
+struct sd_acquire_why {
+	int code;
+	uint64_t base, len;
+	uint32_t perms;
+};
+doca_error_t sd_mmap_acquire_why(uint64_t id, const uint8_t key[SD_KEY_LEN], uint64_t addr, uint64_t len,
+				 uint32_t need_perm, struct doca_mmap **out, struct sd_acquire_why *why);
 /* Same as sd_mmap_acquire, but first checks that instance is this process's
  * sd_instance_id() (DOCA_ERROR_NOT_PERMITTED otherwise: stale descriptor). */
 doca_error_t sd_mmap_acquire_inst(uint64_t instance, uint64_t id, const uint8_t key[SD_KEY_LEN],

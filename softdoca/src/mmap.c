@@ -79,11 +79,12 @@ static int key_equal(const uint8_t *a, const uint8_t *b)
 	return d == 0;
 }
 
-doca_error_t sd_mmap_acquire(uint64_t id, const uint8_t key[SD_KEY_LEN], uint64_t addr, uint64_t len,
-			     uint32_t need_perm, struct doca_mmap **out)
+doca_error_t sd_mmap_acquire_why(uint64_t id, const uint8_t key[SD_KEY_LEN], uint64_t addr, uint64_t len,
+				 uint32_t need_perm, struct doca_mmap **out, struct sd_acquire_why *why)
 {
 	struct doca_mmap *m = NULL;
 	doca_error_t rc = DOCA_SUCCESS;
+	struct sd_acquire_why w = {0};
 
 	if (!key || !out)
 		return DOCA_ERROR_INVALID_VALUE;
@@ -97,21 +98,39 @@ doca_error_t sd_mmap_acquire(uint64_t id, const uint8_t key[SD_KEY_LEN], uint64_
 	}
 	if (!m) {
 		rc = DOCA_ERROR_NOT_FOUND;
+		w.code = SD_ACQ_NO_MAP;
 	} else if (!key_equal(m->key, key)) {
 		rc = DOCA_ERROR_NOT_PERMITTED;
+		w.code = SD_ACQ_KEY;
 	} else {
 		uint64_t base = (uint64_t)(uintptr_t)m->addr;
-		if (addr + len < addr || len > m->len || addr < base || addr - base > m->len - len)
+
+		/* the key matched: the requester may learn the map's shape */
+		w.base = base;
+		w.len = m->len;
+		w.perms = m->permissions;
+		if (addr + len < addr || len > m->len || addr < base || addr - base > m->len - len) {
 			rc = DOCA_ERROR_NOT_PERMITTED;
-		else if ((m->permissions & need_perm) != need_perm)
+			w.code = SD_ACQ_BOUNDS;
+		} else if ((m->permissions & need_perm) != need_perm) {
 			rc = DOCA_ERROR_NOT_PERMITTED;
+			w.code = SD_ACQ_PERM;
+		}
 	}
 	if (rc == DOCA_SUCCESS) {
 		atomic_fetch_add(&m->engine_refs, 1);
 		*out = m;
 	}
 	pthread_mutex_unlock(&reg_lock);
+	if (why)
+		*why = w;
 	return rc;
+}
+
+doca_error_t sd_mmap_acquire(uint64_t id, const uint8_t key[SD_KEY_LEN], uint64_t addr, uint64_t len,
+			     uint32_t need_perm, struct doca_mmap **out)
+{
+	return sd_mmap_acquire_why(id, key, addr, len, need_perm, out, NULL);
 }
 
 doca_error_t sd_mmap_acquire_inst(uint64_t instance, uint64_t id, const uint8_t key[SD_KEY_LEN],

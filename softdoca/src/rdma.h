@@ -45,6 +45,12 @@
  *  28 budget_ms u32 (RNR budget of two-sided ops)   32 target instance u64
  *  40 map id u64   48 remote addr u64   56 length u64 (read)   64 key[16]
  *  80 arg0 u64 (compare / add)   88 arg1 u64 (swap)
+ * Error responses (RESP / READ_RESP / ATOMIC_RESP with a status) say why in
+ * fields requests use and responses did not: arg0 = enum sd_nak (0: no
+ * detail, what an older softdoca sends), arg1 = the refusing object's
+ * permission bits, map_id / raddr / rlen = the refusing map's id, base and
+ * length (sent only once the key matched). Backward compatible: decoders
+ * ignore these fields in responses, so no version bump.
  */
 #define SD_WIRE_MAGIC 0x57524453u /* "SDRW" */
 #define SD_WIRE_VERSION 1
@@ -72,6 +78,43 @@ enum sd_wire_op {
 	SD_OP_RNR_WAIT = 50,    /* responder is holding a message for a receive */
 	SD_OP_DISCONNECT = 51,
 };
+
+/* Why the target refused an operation (arg0 of an error response). */
+enum sd_nak {
+	SD_NAK_NONE = 0,        /* no detail (older peer) */
+	SD_NAK_CTX_PERM = 1,    /* the target's rdma ctx lacks the permission; arg1 = its permissions */
+	SD_NAK_INSTANCE = 2,    /* descriptor issued by another process instance */
+	SD_NAK_NO_MAP = 3,      /* no such mmap registered (stopped, destroyed or forged) */
+	SD_NAK_KEY = 4,         /* wrong access key */
+	SD_NAK_BOUNDS = 5,      /* range outside the mmap; raddr/rlen = map base/length */
+	SD_NAK_MAP_PERM = 6,    /* the mmap lacks the permission; arg1 = its permissions */
+	SD_NAK_NOT_STARTED = 7, /* the mmap is not started */
+	SD_NAK_ALIGN = 8,       /* atomic target not 8-byte aligned */
+	SD_NAK_RECV_ROOM = 9,   /* posted receive too small; rlen = its room */
+	SD_NAK_NUM
+};
+
+/* A refusal: what goes into an error response, and into the details. */
+struct sd_nak_info {
+	uint32_t code;          /* enum sd_nak */
+	uint32_t perms;         /* the refusing object's permissions */
+	uint64_t map_id, base, len;
+};
+/* Describe a refusal of op (SD_OP_*) on [raddr, +len) from the requester's
+ * side (target = 1: "target refused: ...") or the target's. */
+void sd_nak_describe(char *out, size_t n, int requester, uint8_t op, uint64_t raddr, uint64_t len,
+		     const struct sd_nak_info *nak);
+
+/* Live-object counters (softdoca_debug_live_objects): leak checks. */
+enum sd_live_kind { SD_LIVE_CONN = 0, SD_LIVE_LINK, SD_LIVE_EVENT, SD_LIVE_LISTENER, SD_LIVE_CTRL, SD_LIVE_NUM };
+extern atomic_long sd_live[SD_LIVE_NUM];
+#define SD_LIVE_INC(k) atomic_fetch_add_explicit(&sd_live[k], 1, memory_order_relaxed)
+#define SD_LIVE_DEC(k) atomic_fetch_sub_explicit(&sd_live[k], 1, memory_order_relaxed)
+
+/* Closed connections kept per context (their handles stay valid for the
+ * application) before the oldest are freed. */
+#define SD_CONN_KEEP_CLOSED 32u
+#define SD_DETAIL_LEN 256
 
 #define SD_HELLO_LEN (8 + 2 * SD_RDMA_TOKEN_LEN)  /* dialer instance, dialer token, target token */
 #define SD_CMREQ_LEN (8 + SD_RDMA_TOKEN_LEN)
@@ -168,6 +211,8 @@ struct sd_rtask {
 	int iovn;                /* entries of iov in use (gather or scatter list) */
 	uint64_t xfer_len;       /* expected read length / payload length */
 	uint8_t atomic_val[8];
+	/* why the task failed (softdoca_task_get_error_detail), "" if unknown */
+	char detail[SD_DETAIL_LEN];
 };
 
 struct doca_rdma_task_receive { struct sd_rtask t; };
@@ -235,6 +280,7 @@ struct sd_link {
 	struct sd_hdr rx;
 	enum sd_rx_action rx_action;
 	doca_error_t rx_status;
+	struct sd_nak_info rx_nak;         /* why rx_status refused the frame */
 	struct iovec *rx_iov;
 	int rx_iovcnt;
 	struct iovec rx_iov1;
@@ -262,6 +308,8 @@ struct sd_link {
 	uint64_t last_tx_ns;                     /* last progress sending task frames */
 	int close_after_flush;
 	uint64_t next_req_id;
+	/* why the link is being closed: the detail of the tasks it flushes */
+	char why[SD_DETAIL_LEN];
 };
 
 enum sd_conn_state {
@@ -295,6 +343,13 @@ struct doca_rdma_connection {
 	uint64_t deadline_ns;                /* handshake bound */
 	doca_error_t close_status;           /* status for tasks submitted after close */
 	enum sd_fail_reason fail_reason;
+	/* lifetime of a closed connection: freed once no event for it is
+	 * pending, no task refers to it and SD_CONN_KEEP_CLOSED newer ones
+	 * closed after it */
+	atomic_int ev_pending;               /* queued connection events naming it */
+	atomic_int task_refs;                /* tasks whose conn / result conn it is */
+	uint64_t closed_seq;                 /* rdma->close_seq when it closed (0: open) */
+	char why[SD_DETAIL_LEN];             /* why it broke ("" unknown) */
 };
 
 enum sd_event_type { SD_EV_REQUEST = 1, SD_EV_ESTABLISHED, SD_EV_FAILURE, SD_EV_DISCONNECT };
@@ -346,6 +401,8 @@ struct doca_rdma {
 	struct doca_rdma_connection *conns;
 	uint32_t next_conn_id;
 	uint32_t nconns_active;
+	uint64_t close_seq;                   /* connections closed so far */
+	uint32_t nconns_closed;               /* closed ones still allocated */
 	struct sd_rtask *rq_head, *rq_tail;   /* posted receives */
 	struct sd_listener *listeners;
 	struct sd_listener *oob;
@@ -413,6 +470,16 @@ uint64_t sd_conn_check_deadlines(struct doca_rdma *rdma, uint64_t now);
 void sd_conn_established(struct doca_rdma_connection *conn);
 void sd_conn_fail_waiting(struct doca_rdma_connection *conn, doca_error_t status);
 void sd_conn_free_all(struct doca_rdma *rdma);
+/* Free closed connections nobody can still reach (engine lock held). */
+void sd_conn_reap(struct doca_rdma *rdma);
+/* Task references to a connection (any thread; conn may be NULL). */
+void sd_conn_ref(struct doca_rdma_connection *conn);
+void sd_conn_unref(struct doca_rdma_connection *conn);
+/* Is conn a live connection object (not freed)? */
+int sd_conn_live(const struct doca_rdma_connection *conn);
+/* Record why conn / link broke (first reason wins; printf-style). */
+void sd_conn_set_why(struct doca_rdma_connection *conn, const char *why);
+void sd_link_set_why(struct sd_link *link, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sd_listener_close(struct sd_listener *l);
 void sd_listener_on_accept(struct sd_listener *l);
 /* Private data received with the CM accept (requester side); NULL if none. */
@@ -446,6 +513,13 @@ void sd_rdma_pools_destroy(struct doca_rdma *rdma);
 void sd_rtask_start(struct sd_rtask *t, struct sd_link *link);
 /* Complete with engine lock held. */
 void sd_rtask_complete(struct sd_rtask *t, doca_error_t status);
+/* Same, with a detail (printf-style) for softdoca_task_get_error_detail. */
+void sd_rtask_fail(struct sd_rtask *t, doca_error_t status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* The detail of an rdma task ("" none), NULL if task is not an rdma task. */
+const char *sd_rtask_detail(const struct doca_task *task);
+/* "LOCAL_READ_WRITE|RDMA_READ" for permission bits. */
+const char *sd_access_str(uint32_t perms, char *buf, size_t len);
 uint32_t sd_rnr_budget_ms(const struct doca_rdma *rdma);
 doca_error_t sd_rtask_set_conf(struct doca_rdma *rdma, enum sd_task_type type, sd_fnptr ok, sd_fnptr err,
 			       uint32_t num);

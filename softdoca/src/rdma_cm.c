@@ -115,6 +115,7 @@ int sd_open_listener(struct doca_rdma *rdma, int v6, uint16_t port, int oob, doc
 		*err = DOCA_ERROR_OPERATING_SYSTEM;
 		return -1;
 	}
+	SD_LIVE_INC(SD_LIVE_LISTENER);
 	l->next = rdma->listeners;
 	rdma->listeners = l;
 	if (oob)
@@ -136,6 +137,7 @@ void sd_listener_close(struct sd_listener *l)
 		l->rdma->oob = NULL;
 	sd_eng_ep_del(&l->ep);
 	close(l->ep.fd);
+	SD_LIVE_DEC(SD_LIVE_LISTENER);
 	free(l);
 }
 
@@ -233,7 +235,7 @@ SD_EXPORT doca_error_t doca_rdma_connection_accept(struct doca_rdma_connection *
 	if (!c || (len && !priv))
 		return DOCA_ERROR_INVALID_VALUE;
 	sd_eng_lock();
-	if (!c->is_cm || c->cm_client) {
+	if (!sd_conn_live(c) || !c->is_cm || c->cm_client) {
 		rc = DOCA_ERROR_INVALID_VALUE;
 	} else if (c->state != SDC_REQUESTED || !c->link || !c->rdma->running) {
 		rc = c->state == SDC_CLOSED ? DOCA_ERROR_CONNECTION_ABORTED : DOCA_ERROR_BAD_STATE;
@@ -255,7 +257,7 @@ SD_EXPORT doca_error_t doca_rdma_connection_reject(struct doca_rdma_connection *
 	if (!c)
 		return DOCA_ERROR_INVALID_VALUE;
 	sd_eng_lock();
-	if (!c->is_cm || c->cm_client) {
+	if (!sd_conn_live(c) || !c->is_cm || c->cm_client) {
 		rc = DOCA_ERROR_INVALID_VALUE;
 	} else if (c->state != SDC_REQUESTED) {
 		rc = c->state == SDC_CLOSED ? DOCA_ERROR_CONNECTION_ABORTED : DOCA_ERROR_BAD_STATE;

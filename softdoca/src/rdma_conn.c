@@ -44,16 +44,28 @@ static int cmp_ident(uint64_t ia, const uint8_t *ta, uint64_t ib, const uint8_t 
 	return memcmp(ta, tb, SD_RDMA_TOKEN_LEN);
 }
 
+atomic_long sd_live[SD_LIVE_NUM];
+
+static void conn_free(struct doca_rdma_connection *c)
+{
+	sd_handle_del(c);
+	SD_LIVE_DEC(SD_LIVE_CONN);
+	free(c);
+}
+
 struct doca_rdma_connection *sd_conn_new(struct doca_rdma *rdma)
 {
-	struct doca_rdma_connection *c = calloc(1, sizeof(*c)), **pp;
+	struct doca_rdma_connection *c, **pp;
 
+	sd_conn_reap(rdma);
+	c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
-	if (sd_random_bytes(c->token, sizeof(c->token)) != 0) {
+	if (sd_random_bytes(c->token, sizeof(c->token)) != 0 || sd_handle_add_kind(c, SD_H_CONN) != 0) {
 		free(c);
 		return NULL;
 	}
+	SD_LIVE_INC(SD_LIVE_CONN);
 	c->rdma = rdma;
 	c->id = rdma->next_conn_id++;
 	c->close_status = DOCA_ERROR_NOT_CONNECTED;
@@ -69,9 +81,62 @@ void sd_conn_free_all(struct doca_rdma *rdma)
 	while (rdma->conns) {
 		struct doca_rdma_connection *c = rdma->conns;
 		rdma->conns = c->next;
-		free(c);
+		conn_free(c);
 	}
 	rdma->nconns_active = 0;
+	rdma->nconns_closed = 0;
+}
+
+/* A closed connection stays allocated while the application can still reach
+ * it through DOCA: an event naming it not yet delivered, a task pointing at
+ * it (its connection, or a receive's result connection), or among the
+ * SD_CONN_KEEP_CLOSED most recently closed (handles the application keeps
+ * after the disconnect/failure callback stay valid for a while; the
+ * connection API checks handles against the live registry). Called when a
+ * connection is created, so memory stays bounded however many
+ * connect/close cycles a context goes through. */
+void sd_conn_reap(struct doca_rdma *rdma)
+{
+	struct doca_rdma_connection **pp, *c;
+	uint64_t keep_from;
+
+	if (rdma->nconns_closed <= SD_CONN_KEEP_CLOSED)
+		return;
+	keep_from = rdma->close_seq - SD_CONN_KEEP_CLOSED; /* free closed_seq <= keep_from */
+	for (pp = &rdma->conns; *pp;) {
+		c = *pp;
+		if (c->closed_seq && c->closed_seq <= keep_from && !c->link && !c->wq_head &&
+		    atomic_load(&c->ev_pending) == 0 && atomic_load(&c->task_refs) == 0) {
+			*pp = c->next;
+			rdma->nconns_closed--;
+			conn_free(c);
+		} else {
+			pp = &c->next;
+		}
+	}
+}
+
+void sd_conn_ref(struct doca_rdma_connection *c)
+{
+	if (c)
+		atomic_fetch_add(&c->task_refs, 1);
+}
+
+void sd_conn_unref(struct doca_rdma_connection *c)
+{
+	if (c)
+		atomic_fetch_sub(&c->task_refs, 1);
+}
+
+int sd_conn_live(const struct doca_rdma_connection *c)
+{
+	return sd_handle_live_kind(c, SD_H_CONN);
+}
+
+void sd_conn_set_why(struct doca_rdma_connection *c, const char *why)
+{
+	if (c && why && why[0] && !c->why[0])
+		snprintf(c->why, sizeof(c->why), "%s", why);
 }
 
 void sd_conn_fail_waiting(struct doca_rdma_connection *conn, doca_error_t status)
@@ -80,7 +145,8 @@ void sd_conn_fail_waiting(struct doca_rdma_connection *conn, doca_error_t status
 		struct sd_rtask *t = conn->wq_head;
 		conn->wq_head = t->qnext;
 		t->qnext = NULL;
-		sd_rtask_complete(t, status);
+		sd_rtask_fail(t, status, "connection %u closed before it was established%s%s", conn->id,
+			      conn->why[0] ? ": " : "", conn->why);
 	}
 	conn->wq_tail = NULL;
 }
@@ -118,6 +184,8 @@ void sd_conn_on_link_closed(struct doca_rdma_connection *conn, doca_error_t stat
 	if (prev == SDC_CLOSED)
 		return;
 	conn->state = SDC_CLOSED;
+	conn->closed_seq = ++conn->rdma->close_seq;
+	conn->rdma->nconns_closed++;
 	conn->close_status = status == DOCA_ERROR_CONNECTION_ABORTED ? status : DOCA_ERROR_CONNECTION_RESET;
 	if (conn->rdma->nconns_active)
 		conn->rdma->nconns_active--;
@@ -134,7 +202,18 @@ void sd_conn_on_link_closed(struct doca_rdma_connection *conn, doca_error_t stat
 
 void sd_conn_fail(struct doca_rdma_connection *c, enum sd_fail_reason why)
 {
+	static const char *const text[] = {
+		[SD_FAIL_REJECTED] = "the connection request was rejected by the peer",
+		[SD_FAIL_TIMEOUT] = "the connection request timed out",
+		[SD_FAIL_REFUSED] = "the connection was refused (nothing listens there)",
+		[SD_FAIL_LOST] = "the connection was lost while being established",
+	};
+
 	c->fail_reason = why;
+	if (why > SD_FAIL_NONE && why <= SD_FAIL_LOST)
+		sd_conn_set_why(c, text[why]);
+	if (c->link)
+		sd_link_set_why(c->link, "%s", c->why);
 	if (c->link)
 		sd_link_close(c->link, DOCA_ERROR_CONNECTION_RESET);
 	else
@@ -538,6 +617,10 @@ SD_EXPORT doca_error_t doca_rdma_connection_disconnect(struct doca_rdma_connecti
 	if (!c)
 		return DOCA_ERROR_INVALID_VALUE;
 	sd_eng_lock();
+	if (!sd_conn_live(c)) { /* freed long after it closed */
+		sd_eng_unlock();
+		return DOCA_ERROR_INVALID_VALUE;
+	}
 	if (c->state != SDC_CLOSED) {
 		struct sd_link *l = c->link;
 
@@ -569,7 +652,7 @@ SD_EXPORT doca_error_t doca_rdma_connection_disconnect(struct doca_rdma_connecti
 /* ---------------------------------------------------------------- getters */
 SD_EXPORT doca_error_t doca_rdma_connection_set_user_data(struct doca_rdma_connection *c, union doca_data ud)
 {
-	if (!c)
+	if (!c || !sd_conn_live(c))
 		return DOCA_ERROR_INVALID_VALUE;
 	c->user_data = ud;
 	return DOCA_SUCCESS;
@@ -578,7 +661,7 @@ SD_EXPORT doca_error_t doca_rdma_connection_set_user_data(struct doca_rdma_conne
 SD_EXPORT doca_error_t doca_rdma_connection_get_user_data(const struct doca_rdma_connection *c,
 							  union doca_data *ud)
 {
-	if (!c || !ud)
+	if (!c || !ud || !sd_conn_live(c))
 		return DOCA_ERROR_INVALID_VALUE;
 	*ud = c->user_data;
 	return DOCA_SUCCESS;
@@ -586,7 +669,7 @@ SD_EXPORT doca_error_t doca_rdma_connection_get_user_data(const struct doca_rdma
 
 SD_EXPORT doca_error_t doca_rdma_connection_get_id(const struct doca_rdma_connection *c, uint32_t *id)
 {
-	if (!c || !id)
+	if (!c || !id || !sd_conn_live(c))
 		return DOCA_ERROR_INVALID_VALUE;
 	*id = c->id;
 	return DOCA_SUCCESS;
@@ -595,7 +678,7 @@ SD_EXPORT doca_error_t doca_rdma_connection_get_id(const struct doca_rdma_connec
 SD_EXPORT doca_error_t doca_rdma_connection_get_addr(const struct doca_rdma_connection *c,
 						     struct doca_rdma_addr **addr)
 {
-	if (!c || !addr)
+	if (!c || !addr || !sd_conn_live(c))
 		return DOCA_ERROR_INVALID_VALUE;
 	if (c->peer.sslen == 0)
 		return DOCA_ERROR_NOT_CONNECTED;

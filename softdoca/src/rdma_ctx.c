@@ -71,6 +71,8 @@ void sd_rdma_queue_event(struct doca_rdma *rdma, enum sd_event_type type, struct
 	}
 	ev->type = type;
 	ev->conn = conn;
+	atomic_fetch_add(&conn->ev_pending, 1); /* keeps conn allocated until delivered */
+	SD_LIVE_INC(SD_LIVE_EVENT);
 	pthread_mutex_lock(&rdma->ev_lock);
 	if (rdma->ev_tail)
 		rdma->ev_tail->next = ev;
@@ -91,6 +93,8 @@ static void events_clear(struct doca_rdma *rdma)
 	pthread_mutex_unlock(&rdma->ev_lock);
 	while (ev) {
 		struct sd_event *nx = ev->next;
+		atomic_fetch_sub(&ev->conn->ev_pending, 1);
+		SD_LIVE_DEC(SD_LIVE_EVENT);
 		free(ev);
 		ev = nx;
 	}
@@ -142,6 +146,8 @@ static int rdma_progress(struct doca_ctx *ctx)
 				rdma->disconnect_cb(c, cud, ctx->user_data);
 			break;
 		}
+		atomic_fetch_sub(&c->ev_pending, 1); /* after the callback: c may go now */
+		SD_LIVE_DEC(SD_LIVE_EVENT);
 		free(ev);
 	}
 	return n;

@@ -300,6 +300,7 @@ static uint64_t link_timers(struct sd_link *l, uint64_t now)
 	if (l->deadline_ns) {
 		if (now >= l->deadline_ns) {
 			SD_DBG("rdma: link handshake / drain deadline passed");
+			sd_link_set_why(l, "handshake / drain deadline passed");
 			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
 			return 0;
 		}
@@ -325,6 +326,8 @@ static uint64_t link_timers(struct sd_link *l, uint64_t now)
 		if (now - alive >= T) {
 			SD_WARN("rdma: peer silent for %llu ms with work outstanding, declaring it dead",
 				(unsigned long long)(T / 1000000));
+			sd_link_set_why(l, "the peer was silent for %llu ms with work outstanding (SOFTDOCA_TIMEOUT_MS)",
+					(unsigned long long)(T / 1000000));
 			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
 			return 0;
 		}
@@ -380,6 +383,7 @@ static void eng_free_graveyard(void)
 		struct sd_link *l = eng.graveyard;
 		eng.graveyard = l->next;
 		free(l->park_buf);
+		SD_LIVE_DEC(SD_LIVE_LINK);
 		free(l);
 	}
 }

@@ -6,12 +6,36 @@
 #include "rdma.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- links */
+void sd_link_set_why(struct sd_link *l, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (l->why[0]) /* the first reason is the cause */
+		return;
+	va_start(ap, fmt);
+	vsnprintf(l->why, sizeof(l->why), fmt, ap);
+	va_end(ap);
+}
+
+/* Fail a task the link can no longer carry, saying why. */
+static void flush_task(struct sd_link *l, struct sd_rtask *t, doca_error_t status)
+{
+	if (l->why[0])
+		sd_rtask_fail(t, status, "flushed: %s", l->why);
+	else if (status == DOCA_ERROR_CONNECTION_ABORTED)
+		sd_rtask_fail(t, status, "flushed: the connection was disconnected locally or its context stopped");
+	else
+		sd_rtask_fail(t, status, "the connection was lost (the peer closed it, died or became unreachable)");
+}
+
 void sd_link_update_events(struct sd_link *l)
 {
 	uint32_t ev = 0;
@@ -53,6 +77,7 @@ struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting)
 		free(l);
 		return NULL;
 	}
+	SD_LIVE_INC(SD_LIVE_LINK);
 	l->next = rdma->links;
 	rdma->links = l;
 	return l;
@@ -63,8 +88,10 @@ void sd_wire_drop_item(struct sd_txitem *it)
 	if (it->ref)
 		sd_mmap_release(it->ref);
 	it->ref = NULL;
-	if (!it->task)
+	if (!it->task) {
+		SD_LIVE_DEC(SD_LIVE_CTRL);
 		free(it);
+	}
 }
 
 void sd_link_close(struct sd_link *l, doca_error_t status)
@@ -89,13 +116,13 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 	for (it = l->txq_head; it; it = nx) {
 		nx = it->next;
 		if (it->task)
-			sd_rtask_complete(it->task, status);
+			flush_task(l, it->task, status);
 		sd_wire_drop_item(it);
 	}
 	l->txq_head = l->txq_tail = NULL;
 	for (it = l->out_head; it; it = nx) {
 		nx = it->next;
-		sd_rtask_complete(it->task, status);
+		flush_task(l, it->task, status);
 	}
 	l->out_head = l->out_tail = NULL;
 	l->out_count = 0;
@@ -109,6 +136,7 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 	l->conn = NULL;
 	if (conn) {
 		conn->link = NULL;
+		sd_conn_set_why(conn, l->why);
 		sd_conn_on_link_closed(conn, status, status != DOCA_ERROR_CONNECTION_ABORTED);
 	}
 	sd_eng_kick();
@@ -134,6 +162,7 @@ int sd_link_send_ctrl(struct sd_link *l, const struct sd_hdr *h, const void *pay
 
 	if (!it)
 		return -1;
+	SD_LIVE_INC(SD_LIVE_CTRL);
 	hh.payload_len = (uint32_t)len;
 	sd_hdr_encode(&hh, it->hdr);
 	if (len) {
@@ -255,7 +284,7 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 		it = *pp;
 		if (it->task) {
 			*pp = it->next;
-			sd_rtask_complete(it->task, status);
+			flush_task(l, it->task, status);
 		} else {
 			pp = &it->next;
 		}
@@ -266,7 +295,7 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 	while (l->out_head) {
 		it = l->out_head;
 		l->out_head = it->next;
-		sd_rtask_complete(it->task, status);
+		flush_task(l, it->task, status);
 	}
 	l->out_tail = NULL;
 	l->out_count = 0;
@@ -283,6 +312,7 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 	l->conn = NULL;
 	if (conn) {
 		conn->link = NULL;
+		sd_conn_set_why(conn, l->why);
 		sd_conn_on_link_closed(conn, status, status != DOCA_ERROR_CONNECTION_ABORTED);
 	}
 	sd_link_flush(l);

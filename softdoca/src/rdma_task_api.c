@@ -24,8 +24,11 @@
 	SD_EXPORT void doca_rdma_task_##name##_set_rdma_connection(struct doca_rdma_task_##name *task,       \
 								  struct doca_rdma_connection *c)            \
 	{                                                                                                  \
-		if (task)                                                                                  \
+		if (task && task->t.conn != c) {                                                           \
+			sd_conn_ref(c);                                                                    \
+			sd_conn_unref(task->t.conn);                                                       \
 			task->t.conn = c;                                                                  \
+		}                                                                                          \
 	}                                                                                                  \
 	SD_EXPORT const struct doca_rdma_connection *doca_rdma_task_##name##_get_rdma_connection(            \
 		const struct doca_rdma_task_##name *task)                                                    \

@@ -30,6 +30,8 @@
  */
 #include "rdma.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,15 +81,71 @@ void sd_buf_tail_commit(struct doca_buf *b, uint64_t n)
 	}
 }
 
-static doca_error_t local_ok(const struct doca_buf *b, int need_write)
+/* ---------------------------------------------------------------- details */
+const char *sd_access_str(uint32_t perms, char *buf, size_t len)
+{
+	static const char *const names[] = {"LOCAL_READ_WRITE", "RDMA_READ", "RDMA_WRITE", "RDMA_ATOMIC",
+					    "PCI_READ_ONLY", "PCI_READ_WRITE", "PCI_RELAXED_ORDERING"};
+	size_t off = 0;
+
+	buf[0] = 0;
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!(perms & (1u << i)))
+			continue;
+		off += (size_t)snprintf(buf + off, off < len ? len - off : 0, "%s%s", off ? "|" : "", names[i]);
+	}
+	if (!off)
+		snprintf(buf, len, "LOCAL_READ_ONLY");
+	return buf;
+}
+
+static void vdetail(struct sd_rtask *t, const char *fmt, va_list ap)
+{
+	vsnprintf(t->detail, sizeof(t->detail), fmt, ap);
+}
+
+void sd_rtask_fail(struct sd_rtask *t, doca_error_t status, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vdetail(t, fmt, ap);
+	va_end(ap);
+	sd_task_complete(&t->base, status);
+}
+
+/* Return rc after recording why (submit-time errors). */
+static doca_error_t why(struct sd_rtask *t, doca_error_t rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static doca_error_t why(struct sd_rtask *t, doca_error_t rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vdetail(t, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static doca_error_t local_ok(struct sd_rtask *t, const struct doca_buf *b, int need_write, const char *what)
 {
 	for (; b; b = b->next) {
 		const struct doca_mmap *m = b->mmap;
 
-		if (!m || m->remote || !m->started)
-			return DOCA_ERROR_NOT_PERMITTED;
-		if (need_write && !(m->permissions & DOCA_ACCESS_FLAG_LOCAL_READ_WRITE))
-			return DOCA_ERROR_NOT_PERMITTED;
+		if (!m)
+			return why(t, DOCA_ERROR_NOT_PERMITTED, "local refused: the %s has no mmap", what);
+		if (m->remote)
+			return why(t, DOCA_ERROR_NOT_PERMITTED,
+				   "local refused: the %s belongs to a remote mmap (from an export), not to local memory",
+				   what);
+		if (!m->started)
+			return why(t, DOCA_ERROR_NOT_PERMITTED, "local refused: the %s's mmap is not started", what);
+		if (need_write && !(m->permissions & DOCA_ACCESS_FLAG_LOCAL_READ_WRITE)) {
+			char p[128];
+			return why(t, DOCA_ERROR_NOT_PERMITTED,
+				   "local refused: the %s's mmap lacks LOCAL_READ_WRITE (has %s); grant it on the local "
+				   "MemoryMap", what, sd_access_str(m->permissions, p, sizeof(p)));
+		}
 	}
 	return DOCA_SUCCESS;
 }
@@ -233,6 +291,8 @@ doca_error_t sd_rtask_alloc(struct doca_rdma *rdma, enum sd_task_type type, stru
 	t->base.ctx = &rdma->ctx;
 	t->base.user_data = ud;
 	t->conn = conn;
+	sd_conn_ref(conn);
+	t->detail[0] = 0;
 	t->src = t->dst = t->result = NULL;
 	t->imm = 0;
 	t->arg0 = t->arg1 = 0;
@@ -262,6 +322,9 @@ static void rtask_release(struct doca_task *task)
 	pthread_mutex_lock(&rdma->pool_lock);
 	if (t->allocated) {
 		t->allocated = 0;
+		sd_conn_unref(t->conn);
+		sd_conn_unref(t->res_conn);
+		t->conn = t->res_conn = NULL;
 		t->pool->free[t->pool->nfree++] = t;
 	}
 	pthread_mutex_unlock(&rdma->pool_lock);
@@ -322,8 +385,10 @@ static doca_error_t prepare(struct sd_rtask *t)
 		if (!t->dst)
 			return DOCA_SUCCESS;
 		if (sd_buf_tail(t->dst, t->iov, rdma->recv_buf_list_len, &total) < 0)
-			return DOCA_ERROR_INVALID_VALUE;
-		return local_ok(t->dst, 1);
+			return why(t, DOCA_ERROR_INVALID_VALUE,
+				   "the receive buffer list is longer than the configured %u buffers (or malformed)",
+				   rdma->recv_buf_list_len);
+		return local_ok(t, t->dst, 1, "receive buffer");
 	case SD_T_SEND:
 	case SD_T_SEND_IMM:
 	case SD_T_WRITE:
@@ -331,9 +396,15 @@ static doca_error_t prepare(struct sd_rtask *t)
 		t->iovn = 0;
 		if (t->src) {
 			n = sd_buf_gather(t->src, t->iov, rdma->max_send_buf_list_len, &total);
-			if (n < 0 || total > SD_RDMA_MAX_MSG)
-				return DOCA_ERROR_INVALID_VALUE;
-			rc = local_ok(t->src, 0);
+			if (n < 0)
+				return why(t, DOCA_ERROR_INVALID_VALUE,
+					   "the source buffer list is longer than max_send_buf_list_len %u",
+					   rdma->max_send_buf_list_len);
+			if (total > SD_RDMA_MAX_MSG)
+				return why(t, DOCA_ERROR_INVALID_VALUE,
+					   "the message (%llu bytes) is larger than the maximum message size %u",
+					   (unsigned long long)total, SD_RDMA_MAX_MSG);
+			rc = local_ok(t, t->src, 0, "local source");
 			if (rc != DOCA_SUCCESS)
 				return rc;
 			t->iovn = n;
@@ -341,9 +412,17 @@ static doca_error_t prepare(struct sd_rtask *t)
 		t->xfer_len = total;
 		if (t->type == SD_T_WRITE || t->type == SD_T_WRITE_IMM) {
 			if (!t->dst)
-				return total ? DOCA_ERROR_INVALID_VALUE : DOCA_SUCCESS;
-			if (!remote_ok(t->dst) || remote_room(t->dst) < total)
-				return DOCA_ERROR_INVALID_VALUE;
+				return total ? why(t, DOCA_ERROR_INVALID_VALUE, "no remote destination buffer")
+					     : DOCA_SUCCESS;
+			if (!remote_ok(t->dst))
+				return why(t, DOCA_ERROR_INVALID_VALUE,
+					   "the destination is not a remote buffer (its mmap was not created from an "
+					   "export)");
+			if (remote_room(t->dst) < total)
+				return why(t, DOCA_ERROR_INVALID_VALUE,
+					   "local buffer holds %llu bytes but the remote buffer is %llu bytes (from its "
+					   "data address to its end)",
+					   (unsigned long long)total, (unsigned long long)remote_room(t->dst));
 		}
 		return DOCA_SUCCESS;
 	case SD_T_READ: {
@@ -354,15 +433,26 @@ static doca_error_t prepare(struct sd_rtask *t)
 			t->iovn = 0;
 			return DOCA_SUCCESS;
 		}
-		if (!remote_ok(t->src) || !t->dst)
-			return DOCA_ERROR_INVALID_VALUE;
+		if (!remote_ok(t->src))
+			return why(t, DOCA_ERROR_INVALID_VALUE,
+				   "the read source is not a remote buffer (its mmap was not created from an export)");
+		if (!t->dst)
+			return why(t, DOCA_ERROR_INVALID_VALUE, "no local destination buffer");
 		want = t->src->data_len;
 		if (want > SD_RDMA_MAX_MSG)
-			return DOCA_ERROR_INVALID_VALUE;
+			return why(t, DOCA_ERROR_INVALID_VALUE,
+				   "the read (%llu bytes) is larger than the maximum message size %u",
+				   (unsigned long long)want, SD_RDMA_MAX_MSG);
 		n = sd_buf_tail(t->dst, t->iov, rdma->max_send_buf_list_len, &total);
-		if (n < 0 || total < want)
-			return DOCA_ERROR_INVALID_VALUE;
-		rc = local_ok(t->dst, 1);
+		if (n < 0)
+			return why(t, DOCA_ERROR_INVALID_VALUE,
+				   "the destination buffer list is longer than max_send_buf_list_len %u",
+				   rdma->max_send_buf_list_len);
+		if (total < want)
+			return why(t, DOCA_ERROR_INVALID_VALUE,
+				   "the remote buffer holds %llu bytes but the local destination has room for %llu",
+				   (unsigned long long)want, (unsigned long long)total);
+		rc = local_ok(t, t->dst, 1, "local destination");
 		if (rc != DOCA_SUCCESS)
 			return rc;
 		/* trim the scatter list to exactly the read length */
@@ -380,17 +470,21 @@ static doca_error_t prepare(struct sd_rtask *t)
 	case SD_T_FETCH_ADD: {
 		const struct doca_buf *r = t->result;
 
-		if (!remote_ok(t->dst) || !r)
-			return DOCA_ERROR_INVALID_VALUE;
-		if ((uintptr_t)t->dst->data % 8 != 0 || remote_room(t->dst) < 8)
-			return DOCA_ERROR_INVALID_VALUE;
+		if (!remote_ok(t->dst))
+			return why(t, DOCA_ERROR_INVALID_VALUE, "the atomic target is not a remote buffer");
+		if (!r)
+			return why(t, DOCA_ERROR_INVALID_VALUE, "no result buffer");
+		if ((uintptr_t)t->dst->data % 8 != 0)
+			return why(t, DOCA_ERROR_INVALID_VALUE, "the atomic target 0x%llx is not 8-byte aligned",
+				   (unsigned long long)(uintptr_t)t->dst->data);
+		if (remote_room(t->dst) < 8)
+			return why(t, DOCA_ERROR_INVALID_VALUE, "the remote atomic target holds %llu bytes, needs 8",
+				   (unsigned long long)remote_room(t->dst));
 		if ((size_t)((r->head + r->len) - (r->data + r->data_len)) < 8)
-			return DOCA_ERROR_INVALID_VALUE;
-		if (r->mmap && (r->mmap->remote || !r->mmap->started ||
-				!(r->mmap->permissions & DOCA_ACCESS_FLAG_LOCAL_READ_WRITE)))
-			return DOCA_ERROR_NOT_PERMITTED;
+			return why(t, DOCA_ERROR_INVALID_VALUE, "the result buffer has room for %llu bytes, needs 8",
+				   (unsigned long long)((r->head + r->len) - (r->data + r->data_len)));
 		t->xfer_len = 8;
-		return r->mmap ? DOCA_SUCCESS : DOCA_ERROR_NOT_PERMITTED;
+		return local_ok(t, r, 1, "result buffer");
 	}
 	default:
 		return DOCA_ERROR_INVALID_VALUE;
@@ -470,12 +564,16 @@ static doca_error_t rtask_submit(struct doca_task *task)
 	struct sd_rtask *t = (struct sd_rtask *)task;
 	struct doca_rdma *rdma = t->rdma;
 	struct doca_rdma_connection *c = t->conn;
-	doca_error_t rc = prepare(t);
+	doca_error_t rc;
 
+	t->detail[0] = 0;
+	rc = prepare(t);
 	if (rc != DOCA_SUCCESS)
 		return rc;
-	if (t->type != SD_T_RECV && (!c || c->rdma != rdma))
-		return DOCA_ERROR_INVALID_VALUE;
+	if (t->type != SD_T_RECV && !c)
+		return why(t, DOCA_ERROR_INVALID_VALUE, "no connection");
+	if (t->type != SD_T_RECV && c->rdma != rdma)
+		return why(t, DOCA_ERROR_INVALID_VALUE, "the connection belongs to another RDMA context");
 	sd_eng_lock();
 	if (!rdma->running) {
 		rc = DOCA_ERROR_BAD_STATE;
@@ -499,10 +597,20 @@ static doca_error_t rtask_submit(struct doca_task *task)
 			c->wq_head = t;
 		c->wq_tail = t;
 	} else {
-		rc = DOCA_ERROR_NOT_CONNECTED;
+		rc = why(t, DOCA_ERROR_NOT_CONNECTED, "connection %u is %s%s%s", c->id,
+			 c->state == SDC_CLOSED ? "closed" : c->state == SDC_EXPORTED ? "exported but not connected"
+											 : "not yet accepted",
+			 c->why[0] ? ": " : "", c->why);
 	}
 	sd_eng_unlock();
 	return rc;
+}
+
+const char *sd_rtask_detail(const struct doca_task *task)
+{
+	if (!task || task->ops != &rtask_ops)
+		return NULL;
+	return ((const struct sd_rtask *)task)->detail;
 }
 
 static const struct sd_task_ops rtask_ops = {

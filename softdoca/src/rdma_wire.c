@@ -10,11 +10,21 @@
  * scratch buffer. The only extra copy is a two-sided message that arrives
  * while no receive is posted (RNR): it is parked on the heap for at most the
  * sender's RNR budget.
+ *
+ * A refused remote access (or a misaligned remote atomic) is fatal for the
+ * connection, as on an RC QP: the target answers with an error response
+ * saying why (enum sd_nak), then breaks the connection; the requester fails
+ * that task with the reason in its detail, flushes the others and breaks its
+ * end too (see docs/softdoca-contract.md).
  */
 #include "rdma.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Error details are cut at SD_DETAIL_LEN on purpose. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
 
 void sd_hdr_encode(const struct sd_hdr *h, uint8_t out[SD_HDR_LEN])
 {
@@ -107,31 +117,191 @@ static void respond(struct sd_link *l, uint8_t op, uint64_t req_id, doca_error_t
 	sd_link_send_ctrl(l, &h, NULL, 0);
 }
 
+/* An error response carrying why (see rdma.h, "Error responses"). */
+static int respond_nak(struct sd_link *l, uint8_t op, uint64_t req_id, doca_error_t st, const struct sd_nak_info *nak)
+{
+	struct sd_hdr h = {.opcode = op, .req_id = req_id, .status = (uint32_t)st};
+
+	h.arg0 = nak->code;
+	h.arg1 = nak->perms;
+	h.map_id = nak->map_id;
+	h.raddr = nak->base;
+	h.rlen = nak->len;
+	return sd_link_send_ctrl(l, &h, NULL, 0);
+}
+
+static uint32_t op_need(uint8_t op)
+{
+	switch (op) {
+	case SD_OP_READ:
+		return DOCA_ACCESS_FLAG_RDMA_READ;
+	case SD_OP_CMP_SWP:
+	case SD_OP_FETCH_ADD:
+		return DOCA_ACCESS_FLAG_RDMA_ATOMIC;
+	default:
+		return DOCA_ACCESS_FLAG_RDMA_WRITE;
+	}
+}
+
+static const char *op_name(uint8_t op)
+{
+	switch (op) {
+	case SD_OP_READ:
+		return "read";
+	case SD_OP_CMP_SWP:
+		return "compare-and-swap";
+	case SD_OP_FETCH_ADD:
+		return "fetch-and-add";
+	case SD_OP_WRITE_IMM:
+		return "write with immediate";
+	case SD_OP_SEND:
+	case SD_OP_SEND_IMM:
+		return "send";
+	default:
+		return "write";
+	}
+}
+
+void sd_nak_describe(char *out, size_t n, int requester, uint8_t op, uint64_t raddr, uint64_t len,
+		     const struct sd_nak_info *nak)
+{
+	const char *who = requester ? "target refused: " : "refused the peer's ";
+	const char *need = op_need(op) == DOCA_ACCESS_FLAG_RDMA_READ	 ? "RDMA_READ"
+			   : op_need(op) == DOCA_ACCESS_FLAG_RDMA_ATOMIC ? "RDMA_ATOMIC"
+									  : "RDMA_WRITE";
+	char p[128], head[96];
+
+	if (requester)
+		snprintf(head, sizeof(head), "%s", who);
+	else
+		snprintf(head, sizeof(head), "%s%s of %llu bytes: ", who, op_name(op), (unsigned long long)len);
+	sd_access_str(nak->perms, p, sizeof(p));
+	switch (nak->code) {
+	case SD_NAK_CTX_PERM:
+		snprintf(out, n, "%sthe target's RDMA context lacks %s (has %s); grant %s on the target's Rdma context",
+			 head, need, p, need);
+		break;
+	case SD_NAK_MAP_PERM:
+		snprintf(out, n, "%sremote mmap 0x%llx lacks %s (has %s); grant %s on the target's MemoryMap", head,
+			 (unsigned long long)nak->map_id, need, p, need);
+		break;
+	case SD_NAK_BOUNDS:
+		snprintf(out, n,
+			 "%sremote range [0x%llx, +%llu) is outside mmap 0x%llx [0x%llx, +%llu) (forged or stale "
+			 "descriptor, or a remote buffer past the map)",
+			 head, (unsigned long long)raddr, (unsigned long long)len, (unsigned long long)nak->map_id,
+			 (unsigned long long)nak->base, (unsigned long long)nak->len);
+		break;
+	case SD_NAK_KEY:
+		snprintf(out, n, "%swrong access key for remote mmap 0x%llx (stale or forged descriptor)", head,
+			 (unsigned long long)nak->map_id);
+		break;
+	case SD_NAK_NO_MAP:
+		snprintf(out, n,
+			 "%sremote mmap 0x%llx is not registered on the target (stopped or destroyed there, or a "
+			 "forged descriptor)",
+			 head, (unsigned long long)nak->map_id);
+		break;
+	case SD_NAK_INSTANCE:
+		snprintf(out, n,
+			 "%sthe remote mmap descriptor was issued by another process instance (did the target "
+			 "restart?)",
+			 head);
+		break;
+	case SD_NAK_NOT_STARTED:
+		snprintf(out, n, "%sremote mmap 0x%llx is not started", head, (unsigned long long)nak->map_id);
+		break;
+	case SD_NAK_ALIGN:
+		snprintf(out, n, "%satomic target 0x%llx is not 8-byte aligned", head, (unsigned long long)raddr);
+		break;
+	case SD_NAK_RECV_ROOM:
+		snprintf(out, n, "%sthe posted receive has room for %llu bytes, the message is %llu bytes", head,
+			 (unsigned long long)nak->len, (unsigned long long)len);
+		break;
+	default:
+		snprintf(out, n, "%sremote access refused (no detail from the target)", head);
+		break;
+	}
+}
+
 /* Validate a remote access against this process, the target ctx and the map. */
 static doca_error_t remote_access(struct sd_link *l, const struct sd_hdr *h, uint64_t len, uint32_t perm,
-				  struct doca_mmap **ref)
+				  struct doca_mmap **ref, struct sd_nak_info *nak)
 {
+	struct sd_acquire_why w;
 	doca_error_t rc;
 
 	*ref = NULL;
-	if ((l->rdma->permissions & perm) != perm)
+	memset(nak, 0, sizeof(*nak));
+	nak->map_id = h->map_id;
+	if ((l->rdma->permissions & perm) != perm) {
+		nak->code = SD_NAK_CTX_PERM;
+		nak->perms = l->rdma->permissions;
 		return DOCA_ERROR_NOT_PERMITTED;
+	}
 	if (len == 0) /* nothing is touched: no key needed */
 		return DOCA_SUCCESS;
-	if (h->instance != sd_instance_id())
+	if (h->instance != sd_instance_id()) {
+		nak->code = SD_NAK_INSTANCE;
 		return DOCA_ERROR_NOT_PERMITTED;
-	rc = sd_mmap_acquire(h->map_id, h->key, h->raddr, len, perm, ref);
+	}
+	rc = sd_mmap_acquire_why(h->map_id, h->key, h->raddr, len, perm, ref, &w);
 	if (rc != DOCA_SUCCESS) {
 		*ref = NULL;
+		nak->code = w.code == SD_ACQ_KEY      ? SD_NAK_KEY
+			    : w.code == SD_ACQ_BOUNDS ? SD_NAK_BOUNDS
+			    : w.code == SD_ACQ_PERM   ? SD_NAK_MAP_PERM
+						      : SD_NAK_NO_MAP;
+		if (w.code == SD_ACQ_BOUNDS || w.code == SD_ACQ_PERM) {
+			nak->base = w.base;
+			nak->len = w.len;
+			nak->perms = w.perms;
+		}
 		return DOCA_ERROR_NOT_PERMITTED;
 	}
 	if (!*ref || (*ref)->remote || !(*ref)->started) {
 		if (*ref)
 			sd_mmap_release(*ref);
 		*ref = NULL;
+		nak->code = SD_NAK_NOT_STARTED;
 		return DOCA_ERROR_NOT_PERMITTED;
 	}
 	return DOCA_SUCCESS;
+}
+
+/* A remote access error is fatal for an RC connection (IBTA: the responder's
+ * QP moves to the error state, the requester gets a remote access error and
+ * its other outstanding work is flushed): answer the error with its reason,
+ * then break the connection on this side too; the peer learns of it from
+ * the NAK, then from the close. */
+static int access_fail(struct sd_link *l, uint8_t resp_op, const struct sd_hdr *h, uint64_t len, doca_error_t st,
+		       const struct sd_nak_info *nak)
+{
+	char d[SD_DETAIL_LEN];
+	int rc = respond_nak(l, resp_op, h->req_id, st, nak);
+
+	sd_nak_describe(d, sizeof(d), 0, h->opcode, h->raddr, len, nak);
+	SD_WARN("rdma: connection %u: %s; breaking the connection (a remote access error is fatal for an RC "
+		"connection)", l->conn ? l->conn->id : 0, d);
+	sd_link_set_why(l, "remote access error: %s", d);
+	sd_link_drain(l, DOCA_ERROR_CONNECTION_RESET);
+	return rc;
+}
+
+/* The 8-byte atomic a remote compare-and-swap / fetch-and-add performs on
+ * registered application memory, as a NIC would: the target application is
+ * not synchronized with it (softdoca/tsan.supp names this function). */
+__attribute__((noinline)) static uint64_t sd_wire_remote_atomic(uint64_t *p, uint8_t op, uint64_t a0, uint64_t a1)
+{
+	uint64_t old;
+
+	if (op == SD_OP_CMP_SWP) {
+		old = a0;
+		__atomic_compare_exchange_n(p, &old, a1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	} else {
+		old = __atomic_fetch_add(p, a0, __ATOMIC_SEQ_CST);
+	}
+	return old;
 }
 
 static struct sd_rtask *pop_recv(struct doca_rdma *rdma)
@@ -157,7 +327,11 @@ static void recv_result(struct sd_rtask *t, struct sd_link *l, const struct sd_h
 		t->res_opcode = DOCA_RDMA_OPCODE_RECV_WRITE_WITH_IMM;
 	t->res_len = len;
 	memcpy(&t->res_imm, h->imm, 4);
-	t->res_conn = l->conn;
+	if (t->res_conn != l->conn) { /* the receive keeps its result connection allocated */
+		sd_conn_ref(l->conn);
+		sd_conn_unref(t->res_conn);
+		t->res_conn = l->conn;
+	}
 }
 
 /* Two-sided message with no receive posted: park it, or fail if no budget. */
@@ -196,6 +370,8 @@ static void rnr_fail(struct sd_link *l, const struct sd_hdr *h)
 	SD_WARN("rdma: no receive posted within the sender's RNR budget (%u ms), breaking the connection",
 		h->budget_ms);
 	respond(l, SD_OP_RESP, h->req_id, DOCA_ERROR_TIME_OUT);
+	sd_link_set_why(l, "RNR retry exceeded: no receive was posted here within the sender's budget (%u ms)",
+			h->budget_ms);
 	sd_link_drain(l, DOCA_ERROR_CONNECTION_RESET);
 }
 
@@ -240,7 +416,7 @@ static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 	case SD_OP_WRITE:
 	case SD_OP_WRITE_IMM:
 		l->rx_action = SD_RXA_WRITE;
-		l->rx_status = remote_access(l, h, h->payload_len, DOCA_ACCESS_FLAG_RDMA_WRITE, &ref);
+		l->rx_status = remote_access(l, h, h->payload_len, DOCA_ACCESS_FLAG_RDMA_WRITE, &ref, &l->rx_nak);
 		if (l->rx_status == DOCA_SUCCESS && h->payload_len) {
 			l->rx_ref = ref;
 			l->rx_iov1.iov_base = (void *)(uintptr_t)h->raddr;
@@ -275,8 +451,13 @@ static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 		if (t->dst)
 			n = sd_buf_tail(t->dst, t->iov, t->iov_cap, &cap);
 		if (n < 0 || h->payload_len > cap) {
-			sd_rtask_complete(t, DOCA_ERROR_TOO_BIG);
+			sd_rtask_fail(t, DOCA_ERROR_TOO_BIG,
+				      "the posted receive has room for %llu bytes, the peer sent %u bytes",
+				      (unsigned long long)cap, h->payload_len);
 			l->rx_status = DOCA_ERROR_TOO_BIG;
+			memset(&l->rx_nak, 0, sizeof(l->rx_nak));
+			l->rx_nak.code = SD_NAK_RECV_ROOM;
+			l->rx_nak.len = cap;
 			l->rx_discard = 1;
 			return 0;
 		}
@@ -289,16 +470,19 @@ static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 		struct sd_hdr r = {.opcode = SD_OP_READ_RESP, .req_id = h->req_id};
 		struct sd_txitem *it;
 
-		st = remote_access(l, h, h->rlen, DOCA_ACCESS_FLAG_RDMA_READ, &ref);
-		if (st != DOCA_SUCCESS || h->rlen == 0) {
-			r.status = (uint32_t)st;
+		struct sd_nak_info nak;
+
+		st = remote_access(l, h, h->rlen, DOCA_ACCESS_FLAG_RDMA_READ, &ref, &nak);
+		if (st != DOCA_SUCCESS)
+			return access_fail(l, SD_OP_READ_RESP, h, h->rlen, st, &nak);
+		if (h->rlen == 0)
 			return sd_link_send_ctrl(l, &r, NULL, 0);
-		}
 		it = calloc(1, sizeof(*it));
 		if (!it) {
 			sd_mmap_release(ref);
 			return -1;
 		}
+		SD_LIVE_INC(SD_LIVE_CTRL);
 		r.payload_len = (uint32_t)h->rlen;
 		sd_hdr_encode(&r, it->hdr);
 		it->ref = ref;
@@ -315,27 +499,23 @@ static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 		struct sd_hdr r = {.opcode = SD_OP_ATOMIC_RESP, .req_id = h->req_id};
 		uint8_t val[8];
 		uint64_t old = 0;
+		struct sd_nak_info nak;
 
 		if (h->raddr % 8 != 0) {
 			st = DOCA_ERROR_INVALID_VALUE;
+			memset(&nak, 0, sizeof(nak));
+			nak.code = SD_NAK_ALIGN;
+			nak.map_id = h->map_id;
 		} else {
-			st = remote_access(l, h, 8, DOCA_ACCESS_FLAG_RDMA_ATOMIC, &ref);
+			st = remote_access(l, h, 8, DOCA_ACCESS_FLAG_RDMA_ATOMIC, &ref, &nak);
 		}
 		if (st == DOCA_SUCCESS) {
-			uint64_t *p = (uint64_t *)(uintptr_t)h->raddr;
-
-			if (h->opcode == SD_OP_CMP_SWP) {
-				old = h->arg0;
-				__atomic_compare_exchange_n(p, &old, h->arg1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-			} else {
-				old = __atomic_fetch_add(p, h->arg0, __ATOMIC_SEQ_CST);
-			}
+			old = sd_wire_remote_atomic((uint64_t *)(uintptr_t)h->raddr, h->opcode, h->arg0, h->arg1);
 			sd_mmap_release(ref);
 			sd_put_le64(val, old);
 			return sd_link_send_ctrl(l, &r, val, 8);
 		}
-		r.status = (uint32_t)st;
-		return sd_link_send_ctrl(l, &r, NULL, 0);
+		return access_fail(l, SD_OP_ATOMIC_RESP, h, 8, st, &nak);
 	}
 	default:
 		return -1;
@@ -420,14 +600,43 @@ int sd_wire_on_header(struct sd_link *l, doca_error_t *st)
 /* ---------------------------------------------------------------- payload done */
 static void complete_response(struct sd_link *l, struct sd_rtask *t, doca_error_t st)
 {
+	const struct sd_hdr *h = &l->rx;
 	int rnr = st == DOCA_ERROR_TIME_OUT && (t->type == SD_T_SEND || t->type == SD_T_SEND_IMM ||
 						 t->type == SD_T_WRITE_IMM);
+	/* remote access errors (refused access, a remote invalid request) are
+	 * fatal for an RC connection: the peer has broken it too */
+	int fatal = st == DOCA_ERROR_NOT_PERMITTED || (st == DOCA_ERROR_INVALID_VALUE && h->opcode != SD_OP_RESP);
 
 	pop_out(l);
-	sd_rtask_complete(t, st);
+	if (st == DOCA_SUCCESS) {
+		sd_rtask_complete(t, st);
+		return;
+	}
 	if (rnr) {
+		sd_rtask_fail(t, st, "RNR retry exceeded: the peer had no receive posted within the budget (%u ms)",
+			      sd_rnr_budget_ms(t->rdma));
 		SD_WARN("rdma: peer reported RNR retry exceeded, breaking the connection");
+		sd_link_set_why(l, "RNR retry exceeded on an earlier task (no receive posted at the peer)");
 		sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+		return;
+	}
+	{
+		struct sd_nak_info nak = {.code = (uint32_t)h->arg0, .perms = (uint32_t)h->arg1,
+					  .map_id = h->map_id, .base = h->raddr, .len = h->rlen};
+		const struct doca_buf *r = t->type == SD_T_READ ? t->src : t->dst;
+		uint64_t raddr = r ? (uint64_t)(uintptr_t)r->data : 0;
+		uint8_t op = sd_get_le32(t->tx.hdr) == SD_WIRE_MAGIC ? t->tx.hdr[5] : SD_OP_WRITE;
+		char d[SD_DETAIL_LEN];
+
+		if (nak.code >= SD_NAK_NUM)
+			nak.code = SD_NAK_NONE;
+		sd_nak_describe(d, sizeof(d), 1, op, raddr, t->xfer_len, &nak);
+		sd_rtask_fail(t, st, "%s%s", d, fatal ? "; the connection is broken (RC semantics)" : "");
+		if (fatal) {
+			SD_WARN("rdma: connection %u: %s; breaking the connection", l->conn ? l->conn->id : 0, d);
+			sd_link_set_why(l, "remote access error on an earlier task: %s", d);
+			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+		}
 	}
 }
 
@@ -459,7 +668,13 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 			sd_mmap_release(l->rx_ref);
 			l->rx_ref = NULL;
 		}
-		if (h->opcode == SD_OP_WRITE_IMM && l->rx_status == DOCA_SUCCESS) {
+		if (l->rx_status != DOCA_SUCCESS) {
+			struct sd_nak_info nak = l->rx_nak;
+			struct sd_hdr hh = *h;
+
+			return access_fail(l, SD_OP_RESP, &hh, hh.payload_len, l->rx_status, &nak);
+		}
+		if (h->opcode == SD_OP_WRITE_IMM) {
 			struct sd_rtask *r = pop_recv(l->rdma);
 
 			if (r) {
@@ -483,6 +698,10 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 		}
 		if (l->rx_status == DOCA_ERROR_TIME_OUT) {
 			rnr_fail(l, h);
+			return 0;
+		}
+		if (l->rx_status != DOCA_SUCCESS) {
+			respond_nak(l, SD_OP_RESP, h->req_id, l->rx_status, &l->rx_nak);
 			return 0;
 		}
 		respond(l, SD_OP_RESP, h->req_id, l->rx_status);
@@ -567,10 +786,21 @@ void sd_wire_deliver_parked(struct doca_rdma *rdma)
 					sd_buf_tail_commit(t->dst, l->park_len);
 			}
 		}
-		if (st == DOCA_SUCCESS)
+		if (st == DOCA_SUCCESS) {
 			recv_result(t, l, &l->park, l->park.payload_len);
-		sd_rtask_complete(t, st);
-		respond(l, SD_OP_RESP, l->park.req_id, st);
+			sd_rtask_complete(t, st);
+			respond(l, SD_OP_RESP, l->park.req_id, st);
+		} else {
+			struct sd_nak_info nak = {.code = SD_NAK_RECV_ROOM};
+			uint64_t cap = 0;
+
+			if (t->dst)
+				sd_buf_tail(t->dst, t->iov, t->iov_cap, &cap);
+			nak.len = cap;
+			sd_rtask_fail(t, st, "the posted receive has room for %llu bytes, the peer sent %zu bytes",
+				      (unsigned long long)cap, l->park_len);
+			respond_nak(l, SD_OP_RESP, l->park.req_id, st, &nak);
+		}
 		unpark(l);
 		sd_link_flush(l);
 	}
@@ -592,7 +822,8 @@ void sd_wire_abort_rx(struct sd_link *l, doca_error_t status)
 	}
 	/* a receive being filled belongs to the ctx, not to the outstanding list */
 	if (l->rx_task && l->rx_task->type == SD_T_RECV)
-		sd_rtask_complete(l->rx_task, status);
+		sd_rtask_fail(l->rx_task, status, "the connection broke while a message was arriving into this receive%s%s",
+			      l->why[0] ? ": " : "", l->why);
 	l->rx_task = NULL;
 	l->rx_action = SD_RXA_NONE;
 }

@@ -536,19 +536,198 @@ static void remote_write_expect(struct doca_mmap *rm, void *raddr, size_t len, d
 	doca_buf_dec_refcount(dst, NULL);
 }
 
+static uint16_t free_port(void);
+const char *softdoca_task_get_error_detail(const struct doca_task *task);
+const char *softdoca_rdma_connection_get_error_detail(const struct doca_rdma_connection *conn);
+long softdoca_debug_live_objects(const char *kind);
+
+static int has(const char *s, const char *sub)
+{
+	return s && strstr(s, sub) != NULL;
+}
+
+/* A remote access error is fatal for an RC connection: the refused task
+ * fails NOT_PERMITTED with a detail naming the side and the cause, the task
+ * queued behind it on the same connection is flushed, both ends get their
+ * disconnect callback, and the target's connection records why. */
+static void access_case(struct doca_mmap *rm, void *raddr, size_t len, const char *want, const char *what)
+{
+	struct doca_rdma_connection *a2 = NULL, *b2 = NULL;
+	struct doca_buf *src = buf(invA, mA, memA, len, len);
+	struct doca_buf *dst = buf(invA, rm, raddr, len, 0);
+	struct doca_buf *src2 = buf(invA, mA, memA, 16, 16);
+	struct doca_buf *dst2 = buf(invA, rB, memB + 4096, 16, 0);
+	struct doca_rdma_task_write *t = NULL, *t2 = NULL;
+	struct done d = {0}, d2 = {0};
+	int disc0 = ev[0].disc, disc1 = ev[1].disc;
+	const char *det, *det2, *why;
+	double end;
+
+	const void *da = NULL, *db = NULL;
+	size_t la = 0, lb = 0;
+
+	if (!src || !dst || !src2 || !dst2) {
+		CHECK(0, "%s: buffers", what);
+		return;
+	}
+	memset(memA, 0xab, len);
+	/* both tasks wait for the connection (B has not connected yet), so they
+	 * go out back to back: the second is certainly behind the refused one */
+	RC(doca_rdma_export(A, &da, &la, &a2), DOCA_SUCCESS);
+	RC(doca_rdma_export(B, &db, &lb, &b2), DOCA_SUCCESS);
+	RC(doca_rdma_connect(A, db, lb, a2), DOCA_SUCCESS);
+	RC(doca_rdma_task_write_allocate_init(A, a2, src, dst, (union doca_data){.ptr = &d}, &t), DOCA_SUCCESS);
+	RC(doca_rdma_task_write_allocate_init(A, a2, src2, dst2, (union doca_data){.ptr = &d2}, &t2), DOCA_SUCCESS);
+	RC(doca_task_submit(doca_rdma_task_write_as_task(t)), DOCA_SUCCESS);
+	RC(doca_task_submit(doca_rdma_task_write_as_task(t2)), DOCA_SUCCESS);
+	RC(doca_rdma_connect(B, da, la, b2), DOCA_SUCCESS);
+	wait_done(&d, 1, 10);
+	wait_done(&d2, 0, 10);
+	det = softdoca_task_get_error_detail(doca_rdma_task_write_as_task(t));
+	det2 = softdoca_task_get_error_detail(doca_rdma_task_write_as_task(t2));
+	CHECK(d.done && d.st == DOCA_ERROR_NOT_PERMITTED, "%s: status %s", what, doca_error_get_name(d.st));
+	CHECK(has(det, "target refused: ") && has(det, want), "%s: detail \"%s\"", what, det ? det : "(null)");
+	CHECK(d2.done && d2.st == DOCA_ERROR_CONNECTION_RESET && has(det2, "flushed: remote access error"),
+	      "%s: the task behind it flushed: %s \"%s\"", what, doca_error_get_name(d2.st), det2 ? det2 : "(null)");
+	end = now_s() + 5;
+	while ((ev[0].disc == disc0 || ev[1].disc == disc1) && now_s() < end)
+		progress_both();
+	why = softdoca_rdma_connection_get_error_detail(b2);
+	CHECK(ev[0].disc == disc0 + 1 && ev[1].disc == disc1 + 1 && ev[1].last_disc == b2 &&
+		      has(why, "remote access error") && has(why, want),
+	      "%s: both ends disconnected; the target's connection says \"%s\"", what, why ? why : "(null)");
+	RC(doca_task_submit(doca_rdma_task_write_as_task(t)), DOCA_ERROR_NOT_CONNECTED);
+	det = softdoca_task_get_error_detail(doca_rdma_task_write_as_task(t));
+	CHECK(has(det, "is closed: remote access error"), "%s: submit on the broken connection: \"%s\"", what,
+	      det ? det : "(null)");
+	doca_task_free(doca_rdma_task_write_as_task(t));
+	doca_task_free(doca_rdma_task_write_as_task(t2));
+	doca_buf_dec_refcount(src, NULL);
+	doca_buf_dec_refcount(dst, NULL);
+	doca_buf_dec_refcount(src2, NULL);
+	doca_buf_dec_refcount(dst2, NULL);
+}
+
 static void test_access_errors(void)
 {
 	size_t i;
 	int untouched = 1;
+	char want[160];
 
 	memset(memBro, 0x11, 4096);
-	remote_write_expect(rBro, memBro, 64, DOCA_ERROR_NOT_PERMITTED, "write to a map without RDMA_WRITE");
+	access_case(rBro, memBro, 64, "lacks RDMA_WRITE (has LOCAL_READ_WRITE|RDMA_READ); grant RDMA_WRITE on the target's MemoryMap",
+		    "write to a map without RDMA_WRITE");
 	for (i = 0; i < 4096; i++)
 		untouched &= memBro[i] == 0x11;
 	CHECK(untouched, "target bytes untouched");
-	remote_write_expect(rBbig, memB + MEM - 8, 16, DOCA_ERROR_NOT_PERMITTED, "write past the end of the map");
-	remote_write_expect(rBkey, memB, 16, DOCA_ERROR_NOT_PERMITTED, "write with a wrong key");
-	remote_write_expect(rB, memB + 100, 16, DOCA_SUCCESS, "connection still usable after remote access errors");
+	snprintf(want, sizeof(want), "remote range [0x%llx, +16) is outside mmap",
+		 (unsigned long long)(uintptr_t)(memB + MEM - 8));
+	access_case(rBbig, memB + MEM - 8, 16, want, "write past the end of the map");
+	access_case(rBkey, memB, 16, "wrong access key", "write with a wrong key");
+	remote_write_expect(rB, memB + 100, 16, DOCA_SUCCESS, "other connections unaffected by remote access errors");
+	{
+		/* a local buffer larger than the remote one: refused at submit, both lengths named */
+		struct doca_buf *src = buf(invA, mA, memA, 8192, 8192);
+		struct doca_buf *dst = buf(invA, rBro, memBro, 4096, 0);
+		struct doca_rdma_task_write *t = NULL;
+		const char *det;
+
+		RC(doca_rdma_task_write_allocate_init(A, cA, src, dst, (union doca_data){.ptr = NULL}, &t), DOCA_SUCCESS);
+		RC(doca_task_submit(doca_rdma_task_write_as_task(t)), DOCA_ERROR_INVALID_VALUE);
+		det = softdoca_task_get_error_detail(doca_rdma_task_write_as_task(t));
+		CHECK(has(det, "local buffer holds 8192 bytes but the remote buffer is 4096 bytes"),
+		      "local buffer larger than the remote one: \"%s\"", det ? det : "(null)");
+		doca_task_free(doca_rdma_task_write_as_task(t));
+		doca_buf_dec_refcount(src, NULL);
+		doca_buf_dec_refcount(dst, NULL);
+	}
+}
+
+/* A sanitizer runtime in the process: built with it, or preloaded (e.g. the
+ * plain build run from tools/test-sanitized.sh's pytest, LD_PRELOAD=libasan). */
+extern void __asan_init(void) __attribute__((weak));
+extern void __tsan_init(void) __attribute__((weak));
+static int sanitizer_runtime(void)
+{
+	return &__asan_init != NULL || &__tsan_init != NULL;
+}
+
+/* RSS of this process in kB (VmRSS). */
+static long rss_kb(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+/* Regression: every closed connection stayed allocated until the context was
+ * destroyed (~0.66 kB per connect/close cycle on a long-running responder).
+ * 2,000 RDMA CM connect/disconnect cycles: live objects return to baseline
+ * (connections: at most SD_CONN_KEEP_CLOSED closed ones kept per context). */
+static void test_connect_close_cycles(void)
+{
+	uint16_t port = free_port();
+	struct doca_rdma_addr *addr = NULL;
+	long base_conn = softdoca_debug_live_objects("connection"), base_link = softdoca_debug_live_objects("link");
+	long base_ev = softdoca_debug_live_objects("event"), base_ctrl = softdoca_debug_live_objects("ctrl_frame");
+	long rss_warm = 0, rss_end, peak_conn = 0;
+	int n = 2000, ok = 1, i;
+	double t0 = now_s(), end;
+
+	accept_mode = 1;
+	RC(doca_rdma_start_listen_to_port(B, port), DOCA_SUCCESS);
+	RC(doca_rdma_addr_create(DOCA_RDMA_ADDR_TYPE_IPv4, "127.0.0.1", port, &addr), DOCA_SUCCESS);
+	for (i = 0; i < n && ok; i++) {
+		int est0 = ev[0].est, est1 = ev[1].est, disc1 = ev[1].disc;
+		long c;
+
+		ok = doca_rdma_connect_to_addr(A, addr, (union doca_data){.u64 = 1000 + (uint64_t)i}) == DOCA_SUCCESS;
+		end = now_s() + 5;
+		while (ok && (ev[0].est == est0 || ev[1].est == est1) && now_s() < end)
+			progress_both();
+		ok = ok && ev[0].est == est0 + 1 && ev[1].est == est1 + 1;
+		ok = ok && doca_rdma_connection_disconnect(ev[0].last_est) == DOCA_SUCCESS;
+		end = now_s() + 5;
+		while (ok && ev[1].disc == disc1 && now_s() < end)
+			progress_both();
+		ok = ok && ev[1].disc == disc1 + 1;
+		c = softdoca_debug_live_objects("connection");
+		if (c > peak_conn)
+			peak_conn = c;
+		if (i == 499)
+			rss_warm = rss_kb();
+	}
+	for (int k = 0; k < 20; k++)
+		progress_both();
+	usleep(20000);
+	rss_end = rss_kb();
+	CHECK(ok, "%d RDMA CM connect/disconnect cycles (%.2f s)", i, now_s() - t0);
+	printf("info connect/close cycles: RSS %ld kB after 500, %ld kB after %d; live connections peak %ld (baseline %ld)\n",
+	       rss_warm, rss_end, n, peak_conn, base_conn);
+	CHECK(peak_conn - base_conn <= 2 * (long)SD_CONN_KEEP_CLOSED + 4,
+	      "live connections stay bounded: baseline %ld, peak %ld (keeps %u closed per context)", base_conn,
+	      peak_conn, SD_CONN_KEEP_CLOSED);
+	CHECK(softdoca_debug_live_objects("link") == base_link && softdoca_debug_live_objects("event") == base_ev &&
+		      softdoca_debug_live_objects("ctrl_frame") == base_ctrl,
+	      "links %ld/%ld, events %ld/%ld, control frames %ld/%ld back to baseline",
+	      softdoca_debug_live_objects("link"), base_link, softdoca_debug_live_objects("event"), base_ev,
+	      softdoca_debug_live_objects("ctrl_frame"), base_ctrl);
+	if (sanitizer_runtime()) /* freed memory sits in quarantine: RSS says nothing here */
+		printf("info RSS after 500 cycles %ld kB, after %d %ld kB (sanitizer runtime: not checked)\n", rss_warm,
+		       n, rss_end);
+	else
+		CHECK(rss_end - rss_warm < 256, "RSS after 500 cycles %ld kB, after %d %ld kB (%+.3f kB/cycle)", rss_warm,
+		      n, rss_end, (double)(rss_end - rss_warm) / (n - 500));
+	RC(doca_rdma_stop_listen_to_port(B, port), DOCA_SUCCESS);
+	RC(doca_rdma_addr_destroy(addr), DOCA_SUCCESS);
 }
 
 static void test_rnr(void)
@@ -1516,6 +1695,7 @@ int main(int argc, char **argv)
 	test_peer_death(dev);
 	test_rnr();
 	test_cm();
+	test_connect_close_cycles();
 	test_limits(dev);
 	test_stop();
 

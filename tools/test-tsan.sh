@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Build softdoca with -fsanitize=thread, run the C tests under it, then a
+# multithreaded subset of pytest against it: libtsan preloaded into the (not
+# instrumented) CPython, PYDOCA_SOFTDOCA_LIB pointing at build-tsan/. Python's
+# own memory accesses are invisible to TSan (not instrumented), but its
+# threads' locks are (pthread calls are intercepted), so what is checked is
+# softdoca's engine thread against the application threads that drive it, in
+# every process of a test (peer subprocesses inherit the environment).
+# Suppressions: softdoca/tsan.supp (documented false positives only).
+# Extra arguments replace the default pytest selection.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make -s -C softdoca tsan check-tsan
+lib="$PWD/softdoca/build-tsan/libsoftdoca.so"
+tsan="$(gcc -print-file-name=libtsan.so)"
+# the real interpreter, not a wrapper script (a pyenv shim is bash: bash under
+# a preloaded TSan crashes)
+py="$(python3 -c 'import sys; print(sys.executable)')"
+tests=("$@")
+if [ ${#tests[@]} -eq 0 ]; then
+  tests=(tests/test_rdma.py tests/test_pe.py tests/test_batch.py tests/test_softdoca_timeout.py
+         tests/test_reliability_threads.py tests/test_peer_rdma.py)
+fi
+PYDOCA_SOFTDOCA_LIB="$lib" PYDOCA_BACKEND=soft \
+LD_PRELOAD="$tsan" \
+TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$PWD/softdoca/tsan.supp" \
+  "$py" -m pytest -p no:cacheprovider -q "${tests[@]}"
