@@ -96,6 +96,7 @@ def test_failed_batch_is_typed(local: Local, peer: PeerProc) -> None:
     with pytest.raises(pydoca.BatchError, match=r"of 8 write tasks failed") as exc:
         batch.result(10)
     assert batch.failed >= 1 and all(e.name == "DOCA_ERROR_NOT_PERMITTED" for _, e in exc.value.failed[:1])
+    assert "RDMA_WRITE" in str(exc.value), str(exc.value)            # softdoca's words for the first failure
     assert peer.call("digest")["sha"] == hashlib.sha256(bytes(SIZE)).hexdigest()   # nothing landed
     for b in srcs + dsts:
         b.close()

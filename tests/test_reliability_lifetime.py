@@ -17,6 +17,8 @@ from typing import Any, List
 import pytest
 from reliability_util import Child, child_env, fd_count, rss_kb, scale, slope
 
+SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
+
 import pydoca
 from pydoca import Access
 from rdma_util import free_port
@@ -68,7 +70,8 @@ def test_unclosed_objects_are_released_flat(reliability_report: Any) -> None:
                            rss_kb_before=rss0, rss_kb_after=rss1, rss_kb_per_round=(rss1 - rss0) / rounds,
                            resource_warnings=warned)
     assert fds1 <= fds0, (fds0, fds1)
-    assert rss1 - rss0 < 4096, (rss0, rss1)            # was ~0.77 MB per round before
+    if not SANITIZED:                                   # ASan keeps freed memory in quarantine
+        assert rss1 - rss0 < 4096, (rss0, rss1)        # was ~0.77 MB per round before
     # each unclosed object is still reported (Buffers excepted)
     assert warned >= 6 * (rounds + 10), warned
     assert not other, other[:3]
@@ -181,4 +184,5 @@ def test_connect_close_cycles_keep_the_listener_flat(reliability_report: Any) ->
                            rss_kb_first=samples[0], rss_kb_last=samples[-1], fds_before=fds0, fds_after=fds1)
     assert alive, err[-2000:]
     assert fds1 <= fds0 + 1, (fds0, fds1)
-    assert per_cycle < 2.0, samples            # KiB per cycle after warm-up
+    if not SANITIZED:
+        assert per_cycle < 2.0, samples        # KiB per cycle after warm-up

@@ -25,6 +25,10 @@ static void _pydoca_conn_event(int kind, struct doca_rdma_connection *conn, uint
  * which appends their #pragma weak lines and the pydoca_optional_* table to this file. */
 #pragma weak doca_task_submit_ex
 
+/* softdoca's extension (absent on real DOCA): why a task failed, in words. */
+const char *softdoca_task_get_error_detail(const struct doca_task *task);
+#pragma weak softdoca_task_get_error_detail
+
 static void pydoca_state_shim(const union doca_data ud, struct doca_ctx *ctx,
 			      enum doca_ctx_states prev, enum doca_ctx_states next)
 {
@@ -67,6 +71,11 @@ static int pydoca_batch_done(struct doca_task *task, uint64_t ud, int success)
 	slot = (struct pydoca_batch_slot *)(uintptr_t)(ud & ~PYDOCA_BATCH_TAG);
 	b = slot->batch;
 	b->status[slot->index] = success ? 0 : (int32_t)doca_task_get_status(task);
+	if (!success && b->failed == 0 && softdoca_task_get_error_detail) {
+		const char *why = softdoca_task_get_error_detail(task);
+		if (why)
+			snprintf(b->first_error, sizeof(b->first_error), "%s", why);
+	}
 	b->failed += success ? 0 : 1;
 	doca_task_free(task);
 	if (slot->a) {

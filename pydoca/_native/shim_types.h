@@ -6,6 +6,7 @@ struct pydoca_batch {
 	uint32_t done;
 	uint32_t failed;
 	int32_t *status;
+	char first_error[256];   /* softdoca's detail of the first failed task ("" when none or real DOCA) */
 };
 struct pydoca_batch_slot {
 	struct pydoca_batch *batch;

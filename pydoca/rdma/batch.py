@@ -191,7 +191,9 @@ class TaskBatch:
         if self.failed:
             errs = self.errors()
             first = ", ".join(f"#{i}: {e.name}" for i, e in errs[:3])
-            raise BatchError(f"{self.failed} of {self.n} {self.kind} tasks failed ({first})", errs)
+            why = ffi.string(self._c.first_error).decode(errors="replace")
+            raise BatchError(f"{self.failed} of {self.n} {self.kind} tasks failed ({first})"
+                             + (f"; first failure: {why}" if why else ""), errs)
 
     def __await__(self) -> Generator[Any, None, None]:
         from .._loop import wait_for

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from pydoca._log import get_logger
@@ -27,8 +28,9 @@ class ConnectionState(enum.Enum):
 FAILURE_REASONS = {0: None, 1: "rejected", 2: "timeout", 3: "refused", 4: "lost"}
 
 
+@functools.lru_cache(maxsize=1)
 def _soft_ext() -> Optional[Any]:
-    """softdoca's extension symbols (None on real DOCA, which keeps these internal)."""
+    """softdoca's extension symbols (None on real DOCA, which keeps these internal); loaded once."""
     from .._native import backend
     if backend.name != "soft":
         return None
@@ -37,6 +39,9 @@ def _soft_ext() -> Optional[Any]:
     handle.softdoca_rdma_connection_get_fail_reason.argtypes = [ctypes.c_void_p]
     handle.softdoca_rdma_connection_get_private_data.argtypes = [
         ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint8)]
+    detail = getattr(handle, "softdoca_rdma_connection_get_error_detail", None)
+    if detail is not None:
+        detail.argtypes, detail.restype = [ctypes.c_void_p], ctypes.c_char_p
     return handle
 
 
@@ -76,7 +81,7 @@ class Connection:
         if self._final is not None:
             return
         final: Dict[str, Any] = {}
-        for name in ("failure_reason", "peer_address", "private_data", "id"):
+        for name in ("failure_reason", "peer_address", "private_data", "id", "error_detail"):
             try:
                 final[name] = getattr(self, name)
             except Exception:  # noqa: BLE001 - best effort snapshot
@@ -119,6 +124,19 @@ class Connection:
         if ext is None or self._c is None:
             return None
         return FAILURE_REASONS.get(ext.softdoca_rdma_connection_get_fail_reason(int(ffi.cast("uintptr_t", self._c))))
+
+    @property
+    def error_detail(self) -> Optional[str]:
+        """Why an established connection broke, in softdoca's words (e.g. the access a peer was refused);
+        None when unknown (real DOCA reports it through the failed tasks' statuses only)."""
+        if self._final is not None and "error_detail" in self._final:
+            return self._final["error_detail"]  # type: ignore[no-any-return]
+        ext = _soft_ext()
+        fn = getattr(ext, "softdoca_rdma_connection_get_error_detail", None) if ext is not None else None
+        if fn is None or self._c is None:
+            return None
+        raw = fn(int(ffi.cast("uintptr_t", self._c)))
+        return raw.decode(errors="replace") if raw else None
 
     @property
     def private_data(self) -> Optional[bytes]:
@@ -209,6 +227,7 @@ class Connection:
                     log.debug("disconnect", rc=rc)
             self.state = ConnectionState.DISCONNECTED
             self._freeze()
+        self.rdma._forget(self)          # a closed connection is not kept by its context
 
     def __repr__(self) -> str:
         return f"<Connection {self.state.value}{' incoming' if self.incoming else ''}>"
