@@ -4,30 +4,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-from typing import Iterator
 
 import pytest
 
 import pydoca
 from pydoca import Access
 from rdma_util import ALL_REMOTE, Local, PeerProc
-from test_rdma import connect, pattern
+from test_rdma import connect, local, pattern, peer  # noqa: F401 - the fixtures too
 
 SIZE = 1 << 16
-
-
-@pytest.fixture
-def local() -> Iterator[Local]:
-    loc = Local()
-    yield loc
-    loc.close()
-
-
-@pytest.fixture
-def peer() -> Iterator[PeerProc]:
-    p = PeerProc()
-    yield p
-    p.close()
 
 
 def test_write_batch_lands_every_byte(local: Local, peer: PeerProc) -> None:

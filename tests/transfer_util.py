@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import List, Optional
 
+from peer_raw import wait_until  # noqa: F401 - re-exported for the transfer tests
 from rdma_util import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,15 +92,6 @@ class Etcd:
                 self.proc.kill()
                 self.proc.wait(10)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def wait_until(pred, timeout: float, step: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return bool(pred())
 
 
 __all__: List[str] = ["Etcd", "Target", "wait_until"]
