@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Iterator, List
 
 import numpy as np
@@ -247,3 +250,52 @@ def test_small_transfers_use_the_staging_pool(engine: TransferEngine) -> None:
         assert back[100:600] == bytes([7]) * 500 and back[:100] == pattern(100).tobytes()
     finally:
         target.kill()
+
+
+MULTI_CLIENT = r"""
+import sys, numpy as np
+from pydoca.transfer import Request, TransferEngine
+listen, extra, target = sys.argv[1:4]
+with TransferEngine(listen, devices=[extra], connections_per_peer=4, slice_size=256 << 10) as te:
+    src = np.random.default_rng(5).integers(0, 256, 8 << 20, dtype=np.uint8)
+    te.register("src", src)
+    seg = te.open_segment(target)
+    te.transfer([Request("write", "src", seg, 1 << 20, local_offset=i << 20, remote_offset=i << 20) for i in range(8)])
+    back = np.zeros(8 << 20, dtype=np.uint8)
+    te.transfer([Request("read", back, seg, 8 << 20)])
+    assert np.array_equal(back, src), "bytes differ"
+    print("routes", sorted(te.stats.items()), flush=True)
+"""
+
+
+def test_slices_spread_over_devices() -> None:
+    """Two veth pairs between two namespaces: the engines serve and connect on both; slices use both."""
+    from netns import ip, ns_exec, veth_namespaces
+    with veth_namespaces("10.200.91") as pair:
+        va2, vb2 = pair.va + "x", pair.vb + "x"
+        ip("link", "add", va2, "netns", pair.a, "type", "veth", "peer", "name", vb2, "netns", pair.b)
+        for ns, dev, addr in ((pair.a, va2, "10.200.92.1"), (pair.b, vb2, "10.200.92.2")):
+            ip("-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
+            ip("-n", ns, "link", "set", dev, "up")
+        port = free_port_any()
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        target = subprocess.Popen([*ns_exec(pair.b), sys.executable, "-m", "pydoca.cli", "transfer", "serve",
+                                   "--listen", f"{pair.ip_b}:{port}", "--device", vb2, "--register", "seg:8MiB"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            assert target.stdout is not None
+            line = target.stdout.readline()
+            assert "10.200.92.2" in line, line + (target.stderr.read() if target.stderr else "")
+            out = subprocess.run([*ns_exec(pair.a), sys.executable, "-c", MULTI_CLIENT, f"{pair.ip_a}:0", va2,
+                                  f"{pair.ip_b}:{port}/seg"], capture_output=True, text=True, timeout=120, env=env)
+            assert out.returncode == 0, out.stderr[-3000:]
+            routes = eval(out.stdout.split("routes", 1)[1])                 # [((local, path), slices), ...]
+            assert {r for r, n in routes if n > 0} >= {(0, 0), (1, 1)}, routes
+        finally:
+            target.kill()
+            target.communicate(timeout=10)
+
+
+def free_port_any() -> int:
+    from rdma_util import free_port
+    return free_port()

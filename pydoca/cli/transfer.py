@@ -34,6 +34,8 @@ def register(subparsers: Any) -> None:
     s.add_argument("--register", action="append", default=[], metavar="NAME:SIZE[:FILL]",
                    help="register a zeroed segment (FILL: 'pattern' fills the bench pattern)")
     s.add_argument("--token-file", metavar="FILE")
+    s.add_argument("--device", action="append", default=[], metavar="NAME",
+                   help="also serve on this device (ibdev or interface name; repeatable)")
     l_ = sub.add_parser("segments", help="list the segments published in a metadata store")
     l_.add_argument("--metadata", default=None, metavar="STORE")
     l_.add_argument("--json", action="store_true")
@@ -77,7 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.token_file:
         from .serve import read_token
         token = read_token(args.token_file)
-    with TransferEngine(args.listen, metadata=args.metadata, token=token) as te:
+    with TransferEngine(args.listen, metadata=args.metadata, token=token, devices=args.device) as te:
         for item in args.register:
             name, _, rest = item.partition(":")
             size_text, _, fill = rest.partition(":")
@@ -86,7 +88,8 @@ def _serve(args: argparse.Namespace) -> int:
         stop = []
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.append(1))
-        print(f"pydoca transfer: serving {te.address} ({len(te.segments)} segments)", flush=True)
+        print(f"pydoca transfer: serving {te.address} ({len(te.segments)} segments; paths "
+              f"{', '.join(te.paths)})", flush=True)
         while not stop:
             time.sleep(0.1)
     print("pydoca transfer: stopped", file=sys.stderr)

@@ -41,12 +41,20 @@ SEGMENTS = f"{PREFIX}/segments/"
 STAGE_CHUNK = 64 << 10        # small transfers from/to unregistered memory go through staging chunks
 
 
+class _Route:
+    """One cached connection: from local device ``local`` to the peer's path (device) ``path``."""
+
+    def __init__(self, conn: Requester, local: int, path: int) -> None:
+        self.conn, self.local, self.path = conn, local, path
+
+
 class _Peer:
-    """The cached connections to one peer engine."""
+    """The cached connections to one peer engine, spread over local devices and the peer's paths."""
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
-        self.conns: List[Requester] = []
+        self.paths: List[str] = [owner]          # the peer's serving addresses, learned from a descriptor
+        self.routes: List[_Route] = []
         self.instance = ""
         self.used = time.monotonic()
         self.next = 0
@@ -58,9 +66,12 @@ class TransferEngine:
     def __init__(self, listen: str = "127.0.0.1:0", *, metadata: Union[MetadataStore, str, None] = None,
                  device: Optional[str] = None, connections_per_peer: int = 2, slice_size: int = 1 << 20,
                  max_inflight: int = 512, token: Optional[bytes] = None, idle_timeout: float = 60.0,
-                 timeout: float = 10.0, staging_size: int = 4 << 20, topology: Optional[Matrix] = None) -> None:
+                 timeout: float = 10.0, staging_size: int = 4 << 20, topology: Optional[Matrix] = None,
+                 devices: Optional[Sequence[str]] = None) -> None:
         """``listen`` on a wildcard address (``0.0.0.0:PORT``) without ``device`` picks the device by
-        topology: ``topology`` (a priority matrix, see pydoca.transfer.topology), else NUMA locality."""
+        topology: ``topology`` (a priority matrix, see pydoca.transfer.topology), else NUMA locality.
+        ``devices``: more local devices (ibdev or interface names) to serve on (same port, each device's
+        address) and to spread outgoing connections over."""
         host, port = split_address(listen) if not listen.endswith(":0") else (listen.rsplit(":", 1)[0], 0)
         if device is None and host in ("0.0.0.0", "::", "*"):
             device, host = _by_topology(topology)
@@ -78,10 +89,22 @@ class TransferEngine:
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
         self._closed = False
-        self.responder = Responder(f"{self.host}:{self.port}", name="pydoca_transfer", device=device, token=token,
-                                   workers=2, max_connections=64)
-        self.responder.add_endpoint("/segment", "call", 64 << 10, self._serve_segment, concurrency=4)
-        self.responder.add_endpoint("/segments", "call", 1 << 20, self._serve_list)
+        self.responders = [self._responder(f"{self.host}:{self.port}", device)]
+        for name in devices or ():
+            ibdev, extra = _device_address(name)
+            if extra != self.host:
+                self.responders.append(self._responder(f"{extra}:{self.port}", ibdev))
+        self.responder = self.responders[0]
+        for resp in self.responders[1:]:
+            resp.instance = self.responder.instance          # one engine, one instance on every path
+        self.stats: Dict[Tuple[int, int], int] = {}      # slices sent per (local device, peer path)
+
+    def _responder(self, listen: str, device: Optional[str]) -> Responder:
+        resp = Responder(listen, name="pydoca_transfer", device=device, token=self.token, workers=2,
+                         max_connections=64)
+        resp.add_endpoint("/segment", "call", 64 << 10, self._serve_segment, concurrency=4)
+        resp.add_endpoint("/segments", "call", 1 << 20, self._serve_list)
+        return resp
 
     @property
     def address(self) -> str:
@@ -93,15 +116,22 @@ class TransferEngine:
         """Listen and serve segment lookups on a background thread."""
         if self._thread is not None:
             return self
-        self.responder.start()
-        self.dev = self.responder.dev
+        for resp in self.responders:
+            resp.start()
+        self.devs = [r.dev for r in self.responders]
+        self.dev = self.devs[0]
+        self.paths = [r.address for r in self.responders]
         self.inventory = BufferInventory(max(1024, 8 * self.max_inflight))
         self._stage = np.zeros(self.staging_size, dtype=np.uint8)
-        self._stage_map = MemoryMap(self.dev, self._stage, access=Access.LOCAL_READ_WRITE)
+        self._stage_maps = [MemoryMap(d, self._stage, access=Access.LOCAL_READ_WRITE) for d in self.devs]
         self._stage_free = list(range(self.staging_size // STAGE_CHUNK))
-        self._thread = threading.Thread(target=self.responder.serve_forever, name="pydoca-transfer", daemon=True)
-        self._thread.start()
-        log.info("transfer engine serving", address=self.address, device=self.dev.info.ibdev_name)
+        self._threads = [threading.Thread(target=r.serve_forever, name=f"pydoca-transfer-{i}", daemon=True)
+                         for i, r in enumerate(self.responders)]
+        for t in self._threads:
+            t.start()
+        self._thread = self._threads[0]
+        log.info("transfer engine serving", address=self.address, paths=self.paths,
+                 devices=[d.info.ibdev_name for d in self.devs])
         return self
 
     def __enter__(self) -> "TransferEngine":
@@ -118,19 +148,20 @@ class TransferEngine:
         for name in list(self.segments):
             self.unregister(name)
         for remote in self._remotes:
-            remote.stale = True
-            if remote.rmap is not None:
-                remote.rmap.close()
+            remote.close()
         self._remotes.clear()
         for peer in list(self._peers.values()):
             self._drop(peer)
-        self.responder.stop()
+        for resp in self.responders:
+            resp.stop()
+        for t in getattr(self, "_threads", []):
+            t.join(5)
         if self._thread is not None:
-            self._thread.join(5)
-        if self._thread is not None:
-            self._stage_map.close()
+            for m in self._stage_maps:
+                m.close()
             self.inventory.close()
-        self.responder.close()
+        for resp in self.responders:
+            resp.close()
         self.store.close()
 
     # -- local segments ------------------------------------------------------------
@@ -141,10 +172,10 @@ class TransferEngine:
             raise ValueError(f"segment name {name!r} must be non-empty and contain no '/'")
         if name in self.segments:
             raise TransferError(f"segment {name!r} is already registered; unregister it first")
-        seg = LocalSegment(name, obj, self.dev, f"{self.responder.instance}:{next(self._gen)}")
+        seg = LocalSegment(name, obj, self.devs, f"{self.responder.instance}:{next(self._gen)}")
         self.segments[name] = seg
-        desc = seg.descriptor(self.address)
-        del desc["mmap"]                                      # the access blob never goes into metadata
+        desc = seg.descriptor(self.paths)
+        desc["paths"] = [{"address": p["address"]} for p in desc["paths"]]   # access blobs never go into metadata
         self.store.put(f"{SEGMENTS}{self.address}/{name}", desc)
         return seg
 
@@ -160,7 +191,7 @@ class TransferEngine:
         seg = self.segments.get(payload.decode("utf-8", errors="replace"))
         if seg is None:
             raise KeyError(f"no segment {payload[:100]!r} at {self.address}")
-        return json.dumps(seg.descriptor(self.address)).encode()
+        return json.dumps(seg.descriptor(self.paths)).encode()
 
     def _serve_list(self, payload: bytes) -> bytes:
         return json.dumps({n: {"length": s.length, "generation": s.generation} for n, s in
@@ -196,11 +227,14 @@ class TransferEngine:
         owner, name = self._resolve(ref)
         peer = self._peer(owner)
         try:
-            desc = json.loads(peer.conns[0].call("/segment", name.encode(), timeout=self.timeout))
+            desc = json.loads(peer.routes[0].conn.call("/segment", name.encode(), timeout=self.timeout))
         except HandlerError as exc:
             raise SegmentNotFound(f"{owner} has no segment {name!r}: {exc}") from None
-        rmap = MemoryMap.from_export(self.dev, base64.b64decode(desc["mmap"]))
-        seg = RemoteSegment(name, owner, int(desc["length"]), str(desc["generation"]), bool(desc["readonly"]), rmap)
+        paths = [(str(p["address"]), base64.b64decode(p["mmap"])) for p in desc["paths"]]
+        if [a for a, _ in paths] != peer.paths:
+            peer.paths = [a for a, _ in paths]
+            self._peer(owner)                                 # spread the pool over the peer's paths too
+        seg = RemoteSegment(name, owner, int(desc["length"]), str(desc["generation"]), bool(desc["readonly"]), paths)
         self._remotes = [r for r in self._remotes if not r.stale]
         self._remotes.append(seg)
         return seg
@@ -211,28 +245,38 @@ class TransferEngine:
         peer = self._peers.get(owner)
         if peer is None:
             peer = self._peers[owner] = _Peer(owner)
-        for dead in [c for c in peer.conns if c.closed or c._fatal is not None]:
-            dead.close()
-            peer.conns.remove(dead)
-        while len(peer.conns) < self.connections_per_peer:
+        for dead in [r for r in peer.routes if r.conn.closed or r.conn._fatal is not None]:
+            dead.conn.close()
+            peer.routes.remove(dead)
+        want = max(self.connections_per_peer, len(self.devs), len(peer.paths))
+        have = {(r.local, r.path) for r in peer.routes}
+        for k in range(want):                                  # routes k: local device k, peer path k (mod)
+            local, path = k % len(self.devs), k % len(peer.paths)
+            if sum(1 for r in peer.routes if (r.local, r.path) == (local, path)) >= \
+                    sum(1 for j in range(want) if (j % len(self.devs), j % len(peer.paths)) == (local, path)):
+                continue
             try:
-                conn = Requester.connect(owner, dev=self.dev, token=self.token, timeout=self.timeout,
-                                         max_tasks=self.max_inflight, name=f"transfer@{self.address}")
+                conn = Requester.connect(peer.paths[path], dev=self.devs[local], token=self.token,
+                                         timeout=self.timeout, max_tasks=self.max_inflight,
+                                         name=f"transfer@{self.address}")
             except PeerError as exc:
-                if peer.conns:
-                    break
+                if peer.routes:
+                    log.warning("a path to a peer engine is unreachable", peer=owner, path=peer.paths[path],
+                                error=str(exc))
+                    continue
                 raise TransferError(f"cannot reach peer engine {owner}: {exc}") from None
             if peer.instance and conn.instance != peer.instance:
                 log.info("peer engine restarted: its old segments are stale", peer=owner)
             peer.instance = conn.instance
-            peer.conns.append(conn)
+            peer.routes.append(_Route(conn, local, path))
+            have.add((local, path))
         peer.used = time.monotonic()
         return peer
 
     def _drop(self, peer: _Peer) -> None:
-        for c in peer.conns:
-            c.close()
-        peer.conns.clear()
+        for r in peer.routes:
+            r.conn.close()
+        peer.routes.clear()
         self._peers.pop(peer.owner, None)
 
     def _reap(self) -> None:
@@ -284,27 +328,29 @@ class TransferEngine:
         lmap, loff = self._local(req, op, cleanup)
         peer = self._peer(remote.owner)
         if peer.instance != remote.generation.split(":")[0]:
-            remote.stale = True
-            if remote.rmap is not None:
-                remote.rmap.close()
+            remote.close()                                    # stale: refused before anything is written
             remote.check()
-        n = len(peer.conns)
+        n = len(peer.routes)
         is_read = op is Op.READ
         for k, start in enumerate(range(0, req.length, self.slice_size)):
-            conn = peer.conns[(peer.next + k) % n]
-            conns[id(conn)] = conn
-            sl = plan.get((id(conn), is_read, id(lmap), id(remote.rmap)))
+            route = peer.routes[(peer.next + k) % n]
+            conns[id(route.conn)] = route.conn
+            lm, rm = lmap(route.local), remote.rmap(self.devs, route.local, min(route.path, len(remote.paths) - 1))
+            sl = plan.get((id(route.conn), is_read, id(lm), id(rm)))
             if sl is None:
-                sl = plan[(id(conn), is_read, id(lmap), id(remote.rmap))] = {
-                    "lmap": lmap, "rmap": remote.rmap, "loff": [], "roff": [], "size": [], "owner": []}
+                sl = plan[(id(route.conn), is_read, id(lm), id(rm))] = {
+                    "lmap": lm, "rmap": rm, "loff": [], "roff": [], "size": [], "owner": []}
             sl["loff"].append(loff + start)
             sl["roff"].append(req.remote_offset + start)
             sl["size"].append(min(self.slice_size, req.length - start))
             sl["owner"].append(i)
+            self.stats[(route.local, route.path)] = self.stats.get((route.local, route.path), 0) + 1
         peer.next = (peer.next + 1) % n
 
-    def _local(self, req: Request, op: Op, cleanup: List[Callable[[], None]]) -> Tuple[MemoryMap, int]:
-        """The local memory map and offset of a request (a segment, its name, or a bytes-like registered now)."""
+    def _local(self, req: Request, op: Op,
+               cleanup: List[Callable[[], None]]) -> Tuple[Callable[[int], MemoryMap], int]:
+        """The local memory of a request, per local device (a segment, its name, or a bytes-like: staged when
+        small, else registered for the batch on the devices its slices use), and its offset."""
         local = req.local
         if isinstance(local, str):
             if local not in self.segments:
@@ -314,7 +360,8 @@ class TransferEngine:
             if req.local_offset < 0 or req.local_offset + req.length > local.length:
                 raise TransferError(f"{req.length} bytes at offset {req.local_offset} do not fit local segment "
                                     f"{local.name} ({local.length} bytes)")
-            return local.mmap, req.local_offset
+            seg = local
+            return (lambda d: seg.mmaps[d]), req.local_offset
         view = as_memory(local)
         if req.local_offset + req.length > view.nbytes:
             raise TransferError(f"{req.length} bytes at offset {req.local_offset} do not fit the local buffer "
@@ -322,14 +369,21 @@ class TransferEngine:
         if op is Op.READ and view.readonly:
             raise TransferError("a read needs a writable local buffer")
         if req.length <= STAGE_CHUNK and self._stage_free:
-            return self._staged(view[req.local_offset:req.local_offset + req.length], op, cleanup)
-        mm = MemoryMap(self.dev, view, access=Access.LOCAL_READ_ONLY if view.readonly else Access.LOCAL_READ_WRITE)
-        cleanup.append(mm.close)
-        return mm, req.local_offset
+            start = self._staged(view[req.local_offset:req.local_offset + req.length], op, cleanup)
+            return (lambda d: self._stage_maps[d]), start
+        maps: Dict[int, MemoryMap] = {}
+        access = Access.LOCAL_READ_ONLY if view.readonly else Access.LOCAL_READ_WRITE
 
-    def _staged(self, view: memoryview, op: Op, cleanup: List[Callable[[], None]]) -> Tuple[MemoryMap, int]:
+        def on_device(d: int) -> MemoryMap:
+            if d not in maps:
+                maps[d] = MemoryMap(self.devs[d], view, access=access)
+                cleanup.append(maps[d].close)
+            return maps[d]
+        return on_device, req.local_offset
+
+    def _staged(self, view: memoryview, op: Op, cleanup: List[Callable[[], None]]) -> int:
         """A pre-registered staging chunk for a small transfer (no registration per batch): a write's bytes are
-        copied in now; a read's are copied out when the batch is released."""
+        copied in now; a read's are copied out when the batch is released. Returns its offset."""
         chunk = self._stage_free.pop()
         start = chunk * STAGE_CHUNK
         area = self._stage.data[start:start + view.nbytes]
@@ -341,7 +395,7 @@ class TransferEngine:
                 view[:] = area
             self._stage_free.append(chunk)
         cleanup.append(release)
-        return self._stage_map, start
+        return start
 
     def transfer(self, requests: Sequence[Request], timeout: Optional[float] = 30.0) -> None:
         """Submit and wait; TransferError names the requests that failed."""
@@ -349,6 +403,17 @@ class TransferEngine:
 
     def __repr__(self) -> str:
         return f"<TransferEngine {self.address} segments={len(self.segments)} peers={len(self._peers)}>"
+
+
+def _device_address(name: str) -> Tuple[str, str]:
+    """(ibdev name, address it serves on) of a local device given by ibdev or interface name."""
+    from ..device import devices
+    for d in devices():
+        if name in (d.ibdev_name, d.iface_name):
+            if not (d.ipv4 or d.ipv6):
+                raise TransferError(f"device {name} has no IP address to serve on")
+            return d.ibdev_name, str(d.ipv4 or d.ipv6)
+    raise TransferError(f"no DOCA device {name!r} (pydoca devices lists them)")
 
 
 def _by_topology(matrix: Optional[Matrix]) -> Tuple[str, str]:

@@ -9,8 +9,8 @@ is detected and refused, never written.
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Sequence, Tuple
 
 from ..memory import Access, MemoryMap
 from .errors import StaleSegment, TransferError
@@ -54,46 +54,77 @@ def _has_buffer(obj: Any) -> bool:
 
 
 class LocalSegment:
-    """A registered local segment: ``name``, ``length``, ``generation``; closed by ``unregister``."""
+    """A registered local segment: ``name``, ``length``, ``generation``; one registration per engine
+    device (``mmaps[i]`` on device i, exported to peers that reach it through that device)."""
 
-    def __init__(self, name: str, obj: Any, dev: Any, generation: str) -> None:
+    def __init__(self, name: str, obj: Any, devs: Sequence[Any], generation: str) -> None:
         self.name, self.generation, self.obj = name, generation, obj
         self.view = as_memory(obj)
         self.length = self.view.nbytes
         self.readonly = self.view.readonly
-        self.mmap = MemoryMap(dev, self.view, access=READONLY_ACCESS if self.readonly else REMOTE_ACCESS)
-        self.blob = self.mmap.export_rdma()
+        access = READONLY_ACCESS if self.readonly else REMOTE_ACCESS
+        self.mmaps: List[MemoryMap] = []
+        try:
+            for dev in devs:
+                self.mmaps.append(MemoryMap(dev, self.view, access=access))
+        except BaseException:
+            self.close()
+            raise
+        self.blobs = [m.export_rdma() for m in self.mmaps]
 
-    def descriptor(self, owner: str) -> Dict[str, Any]:
-        """What a peer needs to reach it (the access blob goes only to authenticated peers)."""
-        return {"name": self.name, "owner": owner, "length": self.length, "generation": self.generation,
-                "readonly": self.readonly, "mmap": base64.b64encode(self.blob).decode()}
+    @property
+    def mmap(self) -> MemoryMap:
+        return self.mmaps[0]
+
+    def descriptor(self, addresses: Sequence[str]) -> Dict[str, Any]:
+        """What a peer needs to reach it through each of the owner's devices (the access blobs go only to
+        authenticated peers); ``addresses[i]`` is where device i serves."""
+        return {"name": self.name, "owner": addresses[0], "length": self.length, "generation": self.generation,
+                "readonly": self.readonly,
+                "paths": [{"address": a, "mmap": base64.b64encode(b).decode()} for a, b in zip(addresses, self.blobs)]}
 
     def close(self) -> None:
-        self.mmap.close()
+        for m in self.mmaps:
+            m.close()
 
     def __repr__(self) -> str:
-        return f"<LocalSegment {self.name} {self.length}B gen={self.generation}>"
+        return f"<LocalSegment {self.name} {self.length}B gen={self.generation} devices={len(self.mmaps)}>"
 
 
 @dataclass
 class RemoteSegment:
-    """A peer's segment as opened: owner address, length, generation, access map (``rmap``)."""
+    """A peer's segment as opened: owner, length, generation, and its access blob per path (owner device);
+    the remote maps are made per (local device, path) as connections need them."""
 
     name: str
     owner: str
     length: int
     generation: str
     readonly: bool
-    rmap: Optional[MemoryMap] = None
+    paths: List[Tuple[str, bytes]] = field(default_factory=list)
+    rmaps: Dict[Tuple[int, int], MemoryMap] = field(default_factory=dict)
     stale: bool = False
 
     @property
     def ref(self) -> str:
         return f"{self.owner}/{self.name}"
 
+    def rmap(self, devs: Sequence[Any], local: int, path: int) -> MemoryMap:
+        """The remote map for a connection from local device ``local`` to the owner's path ``path``."""
+        self.check()
+        key = (local, path)
+        if key not in self.rmaps:
+            self.rmaps[key] = MemoryMap.from_export(devs[local], self.paths[path][1])
+        return self.rmaps[key]
+
+    def close(self) -> None:
+        self.stale = True
+        for m in self.rmaps.values():
+            m.close()
+        self.rmaps.clear()
+
     def check(self) -> None:
-        if self.stale or self.rmap is None or self.rmap.closed:
+        if self.stale:
             raise StaleSegment(f"segment {self.ref} (generation {self.generation}) is stale: its owner restarted "
                                "or re-registered it; open_segment() it again")
 
