@@ -44,8 +44,9 @@ _exiting = False
 
 
 def _in_use(exc: BaseException) -> bool:
-    from .errors import InUseError
-    return isinstance(exc, InUseError)
+    # DOCA refuses an mmap destroy with buffers outstanding with NOT_PERMITTED
+    from .errors import InUseError, NotPermittedError
+    return isinstance(exc, (InUseError, NotPermittedError))
 
 
 class _Node:

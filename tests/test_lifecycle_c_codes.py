@@ -74,9 +74,12 @@ def test_mmap_configure_after_start_bad_state(raw: Raw) -> None:
     assert lib.doca_mmap_set_permissions(mm, lib.DOCA_ACCESS_FLAG_RDMA_READ) == BAD_STATE
     assert lib.doca_mmap_add_dev(mm, raw.dev) == BAD_STATE
     assert lib.doca_mmap_set_max_num_devices(mm, 8) == BAD_STATE
-    assert lib.doca_mmap_destroy(mm) == BAD_STATE
-    assert lib.doca_mmap_stop(mm) == OK
-    assert lib.doca_mmap_destroy(mm) == OK
+    assert lib.doca_mmap_destroy(mm) == OK      # DOCA: destroy stops a started mmap implicitly
+
+
+def test_destroy_of_started_inventory_stops_it(raw: Raw) -> None:
+    inv = raw.inventory()
+    assert lib.doca_buf_inventory_destroy(inv) == OK
 
 
 def test_mmap_start_twice_bad_state(raw: Raw) -> None:
@@ -109,12 +112,15 @@ def test_export_requires_started_map(raw: Raw) -> None:
     assert lib.doca_mmap_destroy(mm) == OK
 
 
-def test_mmap_stop_with_live_buffers_in_use(raw: Raw) -> None:
+def test_mmap_stop_with_live_buffers_not_permitted(raw: Raw) -> None:
     mm = raw.mmap()
     inv = raw.inventory()
     rc, buf = raw.buf(inv, mm)
     assert rc == OK
-    assert lib.doca_mmap_stop(mm) == IN_USE
+    # DOCA documents NOT_PERMITTED for an mmap with buffers outstanding (stop and destroy)
+    assert lib.doca_mmap_stop(mm) == lib.DOCA_ERROR_NOT_PERMITTED
+    assert lib.doca_mmap_destroy(mm) == lib.DOCA_ERROR_NOT_PERMITTED
+    assert lib.doca_buf_inventory_destroy(inv) == IN_USE
     assert lib.doca_buf_inventory_stop(inv) == IN_USE
     assert lib.doca_buf_dec_refcount(buf, ffi.NULL) == OK
     assert lib.doca_mmap_stop(mm) == OK
@@ -134,13 +140,6 @@ def test_buf_get_on_unstarted_or_stopped_inventory_bad_state(raw: Raw) -> None:
     assert lib.doca_buf_inventory_destroy(inv) == OK
     assert lib.doca_mmap_stop(mm) == OK
     assert lib.doca_mmap_destroy(mm) == OK
-
-
-def test_inventory_destroy_while_started_bad_state(raw: Raw) -> None:
-    inv = raw.inventory()
-    assert lib.doca_buf_inventory_destroy(inv) == BAD_STATE
-    assert lib.doca_buf_inventory_stop(inv) == OK
-    assert lib.doca_buf_inventory_destroy(inv) == OK
 
 
 def test_buf_get_on_unstarted_mmap_bad_state(raw: Raw) -> None:

@@ -113,6 +113,11 @@ def _try_doca(attempts: List[str]) -> Optional[BackendInfo]:
         except OSError as exc:
             attempts.append(f"{d or 'loader path'}: {exc}")
             continue
+        if not os.environ.get("PYDOCA_DOCA_LIB_DIR") and hasattr(handles[0], "softdoca_debug_live_objects"):
+            # softdoca's own runtime found by its DOCA names (LD_LIBRARY_PATH from
+            # `pydoca softdoca --env`): not real DOCA.
+            attempts.append(f"{d or 'loader path'}: libdoca_common.so there is softdoca")
+            continue
         version = _runtime_version(handles[0])
         warning = check_version(version)
         if warning:
@@ -128,7 +133,9 @@ def softdoca_path() -> str:
     if env:
         return env
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_lib")
-    found = sorted(glob.glob(os.path.join(here, "libsoftdoca*.so")))
+    # softdoca installed as a DOCA runtime (setup.py): libdoca_common carries it all.
+    found = sorted(glob.glob(os.path.join(here, "doca", "lib", "libdoca_common.so.*")))
+    found += sorted(glob.glob(os.path.join(here, "libsoftdoca*.so")))
     if not found:
         raise BackendError(f"softdoca library not found in {here}: reinstall pydoca (pip install .)")
     return found[0]

@@ -10,7 +10,7 @@ import importlib
 import sys
 from typing import Callable, List, Optional, Sequence
 
-COMMANDS = ("devices", "doctor", "serve", "request", "export", "codegen", "bench", "transfer")
+COMMANDS = ("devices", "doctor", "serve", "request", "export", "codegen", "bench", "transfer", "softdoca")
 
 Runner = Callable[[argparse.Namespace], int]
 

@@ -50,6 +50,21 @@ def _soft_has_transports() -> bool:
     return True
 
 
+def _soft_transport_of(conn: Any) -> Optional[str]:
+    """"tcp" or "shm": softdoca's transport of an established connection (None on real DOCA / unknown)."""
+    import ctypes
+    from pydoca._native import backend, ffi
+    if backend_name() != "soft" or getattr(conn, "_c", None) is None:
+        return None
+    try:
+        fn = ctypes.CDLL(backend.paths[0]).softdoca_transport_name
+    except (AttributeError, OSError, IndexError):
+        return "tcp"
+    fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_char_p
+    name = fn(int(ffi.cast("uintptr_t", conn._c)))
+    return name.decode() if name else None
+
+
 class Target:
     """``python -m pydoca.perftest.target`` speaking JSON lines."""
 
@@ -94,7 +109,8 @@ class Session:
             raise BenchError(f"{op} works on 8 bytes, not {size}")
         if size < 1 or slots < 1:
             raise BenchError("size and outstanding must be >= 1")
-        self.op, self.size, self.slots = op, size, slots
+        self.op, self.size, self.slots, self.transport = op, size, slots, transport
+        self.transport_used = transport
         self.stack = ExitStack()
         self.target = Target(transport_env(transport))
         self.stack.callback(self.target.close)
@@ -118,6 +134,11 @@ class Session:
         if not ok.get("ok"):
             raise BenchError(f"the target could not connect: {ok}")
         self.conn.wait_established(10)
+        used = _soft_transport_of(self.conn)
+        self.transport_used = used or self.transport
+        if self.transport == "shm" and used is not None and used != "shm":
+            raise BenchError("--transport shm: the same-host transport could not be used for this connection "
+                             "(SOFTDOCA_LOG=debug says why); it runs over tcp")
         self.mem = bytearray(os.urandom(size * slots))
         local = s.enter_context(pydoca.MemoryMap(dev, self.mem, access=LOCAL))
         remote = s.enter_context(pydoca.MemoryMap.from_export(dev, base64.b64decode(got["mmap"])))

@@ -10,6 +10,8 @@
  *   inventory.c  doca_buf_inventory
  *   pe.c         progress engine, completion queue, notification fd, tasks (generic part)
  *   ctx.c        generic context: state machine, state-changed callbacks
+ *   log.c        doca_log: application/SDK backends, levels, sources (sd_log feeds the SDK ones)
+ *   argp.c       doca_argp (built into libdoca_argp only, not libdoca_common)
  *   rdma*.c      DOCA RDMA context, connections, tasks, engine thread (the "NIC")
  *
  * Threads: the application thread(s) call DOCA functions; the engine thread
@@ -34,6 +36,10 @@
 /* SOFTDOCA_LOG=debug|info|warn|error -> stderr (unset: silent; pydoca logs itself). */
 void sd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 enum { SD_LOG_DEBUG = 0, SD_LOG_INFO = 1, SD_LOG_WARN = 2, SD_LOG_ERROR = 3 };
+/* log.c: hand a message to the doca_log SDK backends; 0 when there are none
+ * (then sd_log prints per SOFTDOCA_LOG). sd_log_sdk_wanted: any SDK backend. */
+int sd_log_sdk(int level, const char *msg);
+int sd_log_sdk_wanted(void);
 #define SD_DBG(...) sd_log(SD_LOG_DEBUG, __VA_ARGS__)
 #define SD_WARN(...) sd_log(SD_LOG_WARN, __VA_ARGS__)
 #define SD_ERR(...) sd_log(SD_LOG_ERROR, __VA_ARGS__)
@@ -171,6 +177,14 @@ doca_error_t sd_mmap_acquire_inst(uint64_t instance, uint64_t id, const uint8_t 
 				  uint64_t addr, uint64_t len, uint32_t need_perm,
 				  struct doca_mmap **out);
 
+/* Same-host transport (rdma_xport.c): a started local map is published in
+ * the process's shared registration table (doca_mmap_start, after it is
+ * registered) and revoked before the registry drain of doca_mmap_stop /
+ * destroy (waits, bounded, for peer copies in progress). Weak: the core
+ * objects link without the rdma modules (test_common). */
+void sd_xport_publish(const struct doca_mmap *m) __attribute__((weak));
+void sd_xport_revoke(const struct doca_mmap *m) __attribute__((weak));
+
 /* Export descriptor (doca_mmap_export_rdma), little-endian, no padding:
  *   u32 magic "SDMM" | u16 version | u16 total length | u64 instance | u64 map id
  *   | u64 addr | u64 len | u32 permissions | key[16] | ip[16] (IPv4-mapped or IPv6)
@@ -260,6 +274,12 @@ struct doca_task {
  * is signalled, and the ctx's in-flight count drops when the completion is
  * delivered by doca_pe_progress. Thread-safe, never blocks for long. */
 void sd_task_complete(struct doca_task *task, doca_error_t status);
+/* Same for a list of tasks of one pe (cq_next-linked, head..tail, status
+ * already set): one lock, one notification. */
+void sd_task_complete_list(struct doca_pe *pe, struct doca_task *head, struct doca_task *tail);
+/* Flags of the doca_task_submit* call running on this thread
+ * (DOCA_TASK_SUBMIT_FLAG_*; FLUSH for doca_task_submit / try_submit). */
+extern _Thread_local uint32_t sd_submit_flags;
 
 /* ---------------------------------------------------------------- contexts */
 struct sd_ctx_ops {

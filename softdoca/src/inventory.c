@@ -84,12 +84,10 @@ SD_EXPORT doca_error_t doca_buf_inventory_destroy(struct doca_buf_inventory *inv
 
 	CHECK_INV(inventory);
 	pthread_mutex_lock(&inventory->lock);
-	if (inventory->started)
-		rc = DOCA_ERROR_BAD_STATE;
-	else if (inventory->num_free != inventory->num_elements)
-		rc = DOCA_ERROR_IN_USE;
+	if (inventory->num_free != inventory->num_elements)
+		rc = DOCA_ERROR_IN_USE;       /* DOCA: elements not returned */
 	else
-		sd_handle_del(inventory);
+		sd_handle_del(inventory);     /* destroy stops a started inventory implicitly (DOCA) */
 	pthread_mutex_unlock(&inventory->lock);
 	if (rc == DOCA_SUCCESS)
 		inv_free(inventory);

@@ -159,6 +159,8 @@ static doca_error_t reg_drain(struct doca_mmap *m)
 	struct timespec dl;
 	doca_error_t rc = DOCA_SUCCESS;
 
+	if (sd_xport_revoke) /* same-host transport first: no peer copy after this */
+		sd_xport_revoke(m);
 	pthread_once(&reg_once, reg_init);
 	clock_gettime(CLOCK_MONOTONIC, &dl);
 	dl.tv_sec += (time_t)(ms / 1000);
@@ -299,11 +301,22 @@ SD_EXPORT doca_error_t doca_mmap_destroy(struct doca_mmap *mmap)
 {
 	CHECK_MMAP(mmap);
 	pthread_mutex_lock(&mmap->lock);
-	if (mmap->started && !mmap->remote) {
+	/* DOCA: buffers still pointing into the map -> NOT_PERMITTED; a started map
+	 * is stopped implicitly (unregistered, engine ops drained). */
+	if (atomic_load(&mmap->num_bufs) > 0) {
 		pthread_mutex_unlock(&mmap->lock);
-		return DOCA_ERROR_BAD_STATE;
+		return DOCA_ERROR_NOT_PERMITTED;
 	}
-	if (atomic_load(&mmap->num_bufs) > 0 || atomic_load(&mmap->engine_refs) > 0) {
+	if (mmap->started && !mmap->remote) {
+		doca_error_t rc = reg_drain(mmap);
+
+		if (rc != DOCA_SUCCESS) {
+			pthread_mutex_unlock(&mmap->lock);
+			return rc;
+		}
+	}
+	mmap->started = 0;
+	if (atomic_load(&mmap->engine_refs) > 0) {
 		pthread_mutex_unlock(&mmap->lock);
 		return DOCA_ERROR_IN_USE;
 	}
@@ -336,8 +349,11 @@ SD_EXPORT doca_error_t doca_mmap_start(struct doca_mmap *mmap)
 			rc = DOCA_ERROR_OPERATING_SYSTEM;
 		else if (reg_add(mmap) != 0)
 			rc = DOCA_ERROR_NO_MEMORY;
-		else
+		else {
 			mmap->started = 1;
+			if (sd_xport_publish) /* same-host transport (rdma_xport.c) */
+				sd_xport_publish(mmap);
+		}
 	}
 	pthread_mutex_unlock(&mmap->lock);
 	return rc;
@@ -352,7 +368,7 @@ SD_EXPORT doca_error_t doca_mmap_stop(struct doca_mmap *mmap)
 	if (!mmap->started)
 		rc = DOCA_ERROR_BAD_STATE;
 	else if (atomic_load(&mmap->num_bufs) > 0)
-		rc = DOCA_ERROR_IN_USE;
+		rc = DOCA_ERROR_NOT_PERMITTED;
 	else if (!mmap->remote)
 		rc = reg_drain(mmap);
 	if (rc == DOCA_SUCCESS)

@@ -321,6 +321,23 @@ void sd_task_complete(struct doca_task *task, doca_error_t status)
 	sd_pe_wake(pe);
 }
 
+void sd_task_complete_list(struct doca_pe *pe, struct doca_task *head, struct doca_task *tail)
+{
+	if (!pe || !head)
+		return;
+	pthread_mutex_lock(&pe->lock);
+	tail->cq_next = NULL;
+	if (pe->cq_tail)
+		pe->cq_tail->cq_next = head;
+	else
+		pe->cq_head = head;
+	pe->cq_tail = tail;
+	pthread_mutex_unlock(&pe->lock);
+	sd_pe_wake(pe);
+}
+
+_Thread_local uint32_t sd_submit_flags = DOCA_TASK_SUBMIT_FLAG_FLUSH;
+
 doca_error_t sd_task_submit(struct doca_task *task)
 {
 	struct doca_ctx *ctx;
@@ -354,9 +371,14 @@ SD_EXPORT doca_error_t doca_task_submit(struct doca_task *task)
 
 SD_EXPORT doca_error_t doca_task_submit_ex(struct doca_task *task, uint32_t flags)
 {
+	doca_error_t rc;
+
 	if (flags & ~0xFu)
 		return DOCA_ERROR_INVALID_VALUE;
-	return sd_task_submit(task);
+	sd_submit_flags = flags;
+	rc = sd_task_submit(task);
+	sd_submit_flags = DOCA_TASK_SUBMIT_FLAG_FLUSH;
+	return rc;
 }
 
 SD_EXPORT doca_error_t doca_task_try_submit(struct doca_task *task)

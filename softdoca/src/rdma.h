@@ -1,20 +1,34 @@
 /*
- * softdoca RDMA: private structures shared by the rdma modules:
- *   rdma_ctx.c       context, configuration, capabilities, event delivery
- *   rdma_conn.c      connections, export/connect, handshakes, disconnect
- *   rdma_cm.c        sockets, listeners, RDMA CM calls, address objects
- *   rdma_engine.c    the engine thread (epoll loop, rx state machine, timers)
- *   rdma_link.c      links: tx queue, zero-copy sendmsg, close / drain
+ * softdoca RDMA: private structures shared by the rdma modules.
+ *
+ * Module map, lowest layer first:
+ *   rdma_engine.c    the engine thread (epoll loop, timers, adaptive spin),
+ *                    the engine lock with its completion batch, rx framing
+ *                    (staging buffer, direct payload reads), inline polling
+ *   rdma_link.c      links: tx queue, control-frame blobs, gather sendmsg,
+ *                    the submit doorbell (FLUSH / deferral), close / drain
  *   rdma_wire.c      wire header codec, data operations (responder/requester)
+ *   rdma_xport.c     same-host transport: registration table, cross-memory
+ *                    attach for one-sided writes/reads, softdoca_transport_name
+ *   rdma_conn.c      connection objects, export/connect (OOB) handshake,
+ *                    HELLO / CM frames, deadlines, disconnect
+ *   rdma_cm.c        sockets, listeners, RDMA CM calls (listen / accept /
+ *                    reject / connect_to_addr), address objects
  *   rdma_tasks.c     task pools, validation, submit
  *   rdma_task_api.c  per-type public task API
+ *   rdma_ctx.c       context, configuration, capabilities, event delivery
+ * Known layering debt: the engine still calls up into the wire and
+ * connection modules by name (sd_wire_on_header, sd_conn_on_connected,
+ * sd_listener_on_accept) instead of handlers they register.
  *
  * Locking: one process-wide engine lock (sd_eng_lock) protects every runtime
  * field of every started doca_rdma (connections, links, queues, listeners).
  * The engine thread holds it while it moves data (all sockets are
  * non-blocking, so hold times are bounded by the socket buffers); application
- * threads take it to queue work. sd_task_complete and sd_pe_wake are called
- * with the engine lock held. Per-ctx leaf locks: pool_lock (task pools) and
+ * threads take it to queue work, to send (submit doorbell) and to read
+ * responses inline (doca_pe_progress). Task completions made under it are
+ * batched and handed to their progress engines by sd_eng_unlock (one pe lock
+ * and one notification per pe). Per-ctx leaf locks: pool_lock (task pools) and
  * ev_lock (connection events waiting for doca_pe_progress); nothing is called
  * while holding a leaf lock.
  */
@@ -34,6 +48,8 @@
 #define SD_RDMA_MAX_PRIV 255u               /* RDMA CM private data */
 #define SD_RDMA_MAX_PARK (64u << 20)        /* largest message held while no receive is posted */
 #define SD_RDMA_TOKEN_LEN 16
+#define SD_RB_CAP (64u << 10)               /* per-link rx staging buffer */
+#define SD_RX_DIRECT_MIN (16u << 10)        /* payloads this large are read straight into place */
 
 /* ---------------------------------------------------------------- wire */
 /*
@@ -182,6 +198,7 @@ struct sd_txitem {
 	struct sd_rtask *task;  /* request of a task (not freed), NULL: control frame (freed) */
 	struct doca_mmap *ref;  /* engine reference released once sent or dropped */
 	struct iovec iov1;      /* single-piece payload of control frames */
+	uint32_t blob_cap;      /* >0: control blob, more small frames may be appended behind iov1 */
 };
 
 struct sd_pool;
@@ -290,6 +307,12 @@ struct sd_link {
 	struct sd_rtask *rx_task;
 	uint8_t ctrl_buf[SD_RDMA_MAX_PRIV + 1];
 	int rx_paused;
+	/* rx staging: bytes read ahead of the current frame (small frames are
+	 * parsed from here, one recv for many; large payloads are read straight
+	 * into their destination) */
+	uint8_t *rb;
+	size_t rb_pos, rb_end;
+	int rx_kick;                       /* unpaused with bytes staged: the engine processes them */
 	/* parked message (RNR) */
 	int parked;
 	struct sd_hdr park;
@@ -307,7 +330,10 @@ struct sd_link {
 	uint64_t last_rx_ns, last_ping_ns;
 	uint64_t last_tx_ns;                     /* last progress sending task frames */
 	int close_after_flush;
+	int unflushed;                           /* tasks queued without DOCA_TASK_SUBMIT_FLAG_FLUSH */
 	uint64_t next_req_id;
+	/* same-host transport (rdma_xport.c): the peer's registration table */
+	struct sd_xpeer *xpeer;
 	/* why the link is being closed: the detail of the tasks it flushes */
 	char why[SD_DETAIL_LEN];
 };
@@ -340,7 +366,8 @@ struct doca_rdma_connection {
 	uint8_t priv_len;
 	struct sd_link *link;
 	struct sd_rtask *wq_head, *wq_tail;  /* tasks waiting for the link */
-	uint64_t deadline_ns;                /* handshake bound */
+	uint64_t deadline_ns;                /* handshake bound (also: the app's accept decision) */
+	uint64_t requested_ns;               /* CM server: when the request arrived */
 	doca_error_t close_status;           /* status for tasks submitted after close */
 	enum sd_fail_reason fail_reason;
 	/* lifetime of a closed connection: freed once no event for it is
@@ -414,8 +441,20 @@ struct doca_rdma {
 };
 
 /* ---------------------------------------------------------------- engine (rdma_engine.c) */
+/* Engine lock. sd_eng_unlock first hands the completions collected while it
+ * was held to their progress engines (one batch, one notification each). */
 void sd_eng_lock(void);
+int sd_eng_trylock(void);  /* 0: taken */
 void sd_eng_unlock(void);
+/* Complete a task: batched while this thread holds the engine lock. */
+void sd_eng_complete(struct doca_task *task, doca_error_t status);
+void sd_eng_flush_completions(void);
+/* Read waiting responses of rdma's links on the calling thread (doca_pe_progress). */
+void sd_eng_poll(struct doca_rdma *rdma);
+/* Default of SOFTDOCA_SPIN_US (engine thread) and SOFTDOCA_POLL_SPIN_US (progress engine waits). */
+#define SD_SPIN_US_DEFAULT 0
+/* Process staged rx bytes of a link that was unpaused (engine lock held). */
+void sd_link_rx_kick(struct sd_link *l);
 /* A doca_rdma was created / destroyed: the engine thread lives while any exists. */
 void sd_eng_rdma_created(void);
 void sd_eng_rdma_destroyed(void);
@@ -439,6 +478,8 @@ void sd_link_queue(struct sd_link *link, struct sd_txitem *it);
 /* Queue a control frame with an optional small payload (copied). */
 int sd_link_send_ctrl(struct sd_link *link, const struct sd_hdr *h, const void *payload, size_t len);
 void sd_link_flush(struct sd_link *link);
+/* The doorbell of a flushing submit on link (see rdma_link.c). */
+void sd_link_submit_flush(struct doca_rdma *rdma, struct sd_link *link);
 /* Same, returns -1 on a fatal socket error (engine thread closes the link). */
 int sd_link_flush_rc(struct sd_link *link);
 void sd_link_update_events(struct sd_link *link);
@@ -535,5 +576,18 @@ int sd_buf_gather(const struct doca_buf *b, struct iovec *iov, uint32_t max, uin
 int sd_buf_tail(const struct doca_buf *b, struct iovec *iov, uint32_t max, uint64_t *total);
 /* After n bytes landed in the tails: grow data_len of the list in order. */
 void sd_buf_tail_commit(struct doca_buf *b, uint64_t n);
+
+/* ---------------------------------------------------------------- same-host transport (rdma_xport.c) */
+struct sd_xpeer;
+/* Try t on the same-host transport of link (engine lock held): 1 when done
+ * (its completion is queued), 0 to go over TCP. */
+int sd_xport_try(struct sd_rtask *t, struct sd_link *link);
+void sd_xport_peer_free(struct sd_xpeer *x);
+/* Handshake frames (HELLO, HELLO_ACK, CM_REQ, CM_ACCEPT) carry this
+ * process's table in header fields older peers ignore. */
+void sd_xport_offer(struct sd_link *link, struct sd_hdr *h);
+void sd_xport_on_offer(struct sd_link *link, const struct sd_hdr *h);
+/* The connection of link is established: open the peer's table. */
+void sd_xport_attach(struct sd_link *link);
 
 #endif

@@ -196,11 +196,24 @@ SD_EXPORT doca_error_t doca_rdma_start_listen_to_port(struct doca_rdma *rdma, ui
 		ok = 1;
 	if (in->has_ipv6 && sd_open_listener(rdma, 1, port, 0, &rc6) == 0)
 		ok = 1;
+	if (ok && ((in->has_ipv4 && rc == DOCA_ERROR_IN_USE) || (in->has_ipv6 && rc6 == DOCA_ERROR_IN_USE))) {
+		/* one of the device's addresses is taken on that port: the
+		 * port is not ours, whatever the other family got */
+		struct sd_listener *l, *nx;
+
+		for (l = rdma->listeners; l; l = nx) {
+			nx = l->next;
+			if (!l->oob && l->port == port)
+				sd_listener_close(l);
+		}
+		ok = 0;
+		rc = DOCA_ERROR_IN_USE;
+	}
 	if (ok)
 		rc = DOCA_SUCCESS;
 	else if (!in->has_ipv4 && !in->has_ipv6)
 		rc = DOCA_ERROR_NOT_SUPPORTED;
-	else if (!in->has_ipv4)
+	else if (!in->has_ipv4 || rc6 == DOCA_ERROR_IN_USE)
 		rc = rc6;
 out:
 	sd_eng_unlock();

@@ -1,6 +1,9 @@
 /*
- * softdoca RDMA connections: out-of-band export/connect, the RDMA CM flavour
- * (listen / accept / reject / connect_to_addr), disconnect, addresses.
+ * softdoca RDMA connections: connection objects and their lifetime, the
+ * out-of-band export/connect pairing, the handshake frames of both flavours
+ * (HELLO / HELLO_ACK, CM_REQ / CM_ACCEPT / CM_REJECT / CM_RTU), deadlines,
+ * disconnect. The RDMA CM calls themselves (listen / accept / reject /
+ * connect_to_addr), listeners and address objects live in rdma_cm.c.
  *
  * Export/connect pairing: doca_rdma_export creates a connection with a random
  * 128-bit token and returns a CRC-protected blob (rdma.h) naming this
@@ -14,11 +17,15 @@
  * then established. Every handshake is bounded by the connection request
  * timeout.
  *
- * RDMA CM: the client dials the listener and sends CM_REQ; the server's
- * request callback decides: CM_ACCEPT (with private data, kept on the
- * client's connection) answered by CM_RTU, or CM_REJECT. Connections beyond
- * max_num_connections are rejected automatically (doca_rdma_export and
- * doca_rdma_connect_to_addr return DOCA_ERROR_FULL).
+ * RDMA CM handshake: the client dials the listener and sends CM_REQ; the
+ * server's request callback decides: CM_ACCEPT (with private data, kept on
+ * the client's connection) answered by CM_RTU, or CM_REJECT. A request left
+ * undecided is rejected after max(connection request timeout,
+ * SOFTDOCA_TIMEOUT_MS). Connections beyond max_num_connections are rejected
+ * automatically (doca_rdma_export and doca_rdma_connect_to_addr return
+ * DOCA_ERROR_FULL).
+ *
+ * Handshake frames also carry the same-host transport offer (rdma_xport.c).
  *
  * Local doca_rdma_connection_disconnect flushes the connection's tasks with
  * DOCA_ERROR_CONNECTION_ABORTED and fires no local callback; the peer gets its
@@ -160,6 +167,7 @@ void sd_conn_established(struct doca_rdma_connection *conn)
 	conn->deadline_ns = 0;
 	l->deadline_ns = 0;
 	l->last_rx_ns = sd_now_ns();
+	sd_xport_attach(l);
 	sd_rdma_queue_event(conn->rdma, SD_EV_ESTABLISHED, conn);
 	while (conn->wq_head) {
 		struct sd_rtask *t = conn->wq_head;
@@ -225,8 +233,21 @@ uint64_t sd_conn_check_deadlines(struct doca_rdma *rdma, uint64_t now)
 	uint64_t next = 0;
 
 	for (struct doca_rdma_connection *c = rdma->conns; c; c = c->next) {
-		if ((c->state != SDC_CONNECTING && c->state != SDC_ACCEPTING) || !c->deadline_ns)
+		if ((c->state != SDC_CONNECTING && c->state != SDC_ACCEPTING && c->state != SDC_REQUESTED) ||
+		    !c->deadline_ns)
 			continue;
+		if (now >= c->deadline_ns && c->state == SDC_REQUESTED) {
+			/* the application never decided: reject it, as the client
+			 * has given up by now anyway */
+			SD_WARN("rdma: connection %u: request neither accepted nor rejected within %llu ms, rejecting it",
+				c->id, (unsigned long long)((c->deadline_ns - c->requested_ns) / 1000000ull));
+			if (c->link) {
+				sd_conn_send_ctrl(c->link, SD_OP_CM_REJECT, NULL, 0);
+				sd_link_flush(c->link);
+			}
+			sd_conn_fail(c, SD_FAIL_TIMEOUT);
+			continue;
+		}
 		if (now >= c->deadline_ns) {
 			SD_WARN("rdma: connection %u: connection request timed out (%u ms)", c->id,
 				(unsigned)rdma->timeout_ms);
@@ -256,6 +277,8 @@ int sd_conn_send_ctrl(struct sd_link *l, uint8_t op, const void *payload, size_t
 {
 	struct sd_hdr h = {.opcode = op};
 
+	if (op == SD_OP_HELLO || op == SD_OP_HELLO_ACK || op == SD_OP_CM_REQ || op == SD_OP_CM_ACCEPT)
+		sd_xport_offer(l, &h);
 	return sd_link_send_ctrl(l, &h, payload, len);
 }
 
@@ -309,6 +332,9 @@ int sd_conn_on_handshake(struct sd_link *l, const struct sd_hdr *h, const uint8_
 	struct doca_rdma *rdma = l->rdma;
 	struct doca_rdma_connection *c = l->conn;
 
+	if (h->opcode == SD_OP_HELLO || h->opcode == SD_OP_HELLO_ACK || h->opcode == SD_OP_CM_REQ ||
+	    h->opcode == SD_OP_CM_ACCEPT)
+		sd_xport_on_offer(l, h);
 	switch (h->opcode) {
 	case SD_OP_HELLO:
 		if (c || l->from_listener != 1 || l->have_hello || h->payload_len != SD_HELLO_LEN)
@@ -360,6 +386,13 @@ int sd_conn_on_handshake(struct sd_link *l, const struct sd_hdr *h, const uint8_
 			c->link = l;
 			l->conn = c;
 			l->deadline_ns = 0;
+			{
+				/* bounded like the connection request itself */
+				uint64_t T = sd_eng_timeout_ns(), req = (uint64_t)rdma->timeout_ms * 1000000ull;
+
+				c->requested_ns = sd_now_ns();
+				c->deadline_ns = c->requested_ns + (req > T ? req : T);
+			}
 			sd_rdma_queue_event(rdma, SD_EV_REQUEST, c);
 			return 0;
 		}

@@ -71,6 +71,8 @@ void sd_rdma_queue_event(struct doca_rdma *rdma, enum sd_event_type type, struct
 	}
 	ev->type = type;
 	ev->conn = conn;
+	/* completions made before this event reach the pe first (causal order) */
+	sd_eng_flush_completions();
 	atomic_fetch_add(&conn->ev_pending, 1); /* keeps conn allocated until delivered */
 	SD_LIVE_INC(SD_LIVE_EVENT);
 	pthread_mutex_lock(&rdma->ev_lock);
@@ -105,6 +107,8 @@ static int rdma_progress(struct doca_ctx *ctx)
 	struct doca_rdma *rdma = ctx->impl;
 	int n = 0;
 
+	if (sd_pe_phase != SD_PE_PHASE_AFTER)
+		sd_eng_poll(rdma);
 	for (;;) {
 		struct sd_event *ev;
 		struct doca_rdma_connection *c;

@@ -48,6 +48,15 @@ static struct {
 };
 
 static pthread_once_t eng_once = PTHREAD_ONCE_INIT;
+
+/* completion batch (engine lock) */
+#define SD_CQ_PES 8
+static _Thread_local int eng_held;
+static struct {
+	struct doca_pe *pe;
+	struct doca_task *head, *tail;
+} cqb[SD_CQ_PES];
+static int ncqb;
 static uint8_t scratch[65536];
 
 static void eng_atfork_child(void)
@@ -61,6 +70,7 @@ static void eng_atfork_child(void)
 	eng.nrdma = 0;
 	eng.rdmas = NULL;
 	eng.graveyard = NULL;
+	ncqb = 0;
 }
 
 static void eng_init_once(void)
@@ -79,13 +89,70 @@ uint64_t sd_eng_timeout_ns(void)
 	return eng.timeout_ns;
 }
 
+/* ---------------------------------------------------------------- lock, completions */
+/* Completions made while the engine lock is held are collected per progress
+ * engine and handed over in one batch (one pe lock, one notification) when
+ * the lock is released, or before a connection event is queued (causal
+ * order: a disconnect is seen after the completions that preceded it). */
+
+void sd_eng_flush_completions(void)
+{
+	if (!eng_held)
+		return;
+	for (int i = 0; i < ncqb; i++) {
+		sd_task_complete_list(cqb[i].pe, cqb[i].head, cqb[i].tail);
+		cqb[i].pe = NULL;
+		cqb[i].head = cqb[i].tail = NULL;
+	}
+	ncqb = 0;
+}
+
+void sd_eng_complete(struct doca_task *task, doca_error_t status)
+{
+	struct doca_pe *pe = task->ctx ? task->ctx->pe : NULL;
+	int i;
+
+	if (!eng_held || !pe) {
+		sd_task_complete(task, status);
+		return;
+	}
+	task->status = status;
+	task->cq_next = NULL;
+	for (i = 0; i < ncqb && cqb[i].pe != pe; i++)
+		;
+	if (i == SD_CQ_PES) {
+		sd_eng_flush_completions();
+		i = 0;
+	}
+	if (i == ncqb) {
+		cqb[i].pe = pe;
+		cqb[i].head = cqb[i].tail = task;
+		ncqb++;
+	} else {
+		cqb[i].tail->cq_next = task;
+		cqb[i].tail = task;
+	}
+}
+
 void sd_eng_lock(void)
 {
 	pthread_mutex_lock(&eng.lock);
+	eng_held = 1;
+}
+
+int sd_eng_trylock(void)
+{
+	if (pthread_mutex_trylock(&eng.lock) != 0)
+		return -1;
+	eng_held = 1;
+	return 0;
 }
 
 void sd_eng_unlock(void)
 {
+	if (ncqb)
+		sd_eng_flush_completions();
+	eng_held = 0;
 	pthread_mutex_unlock(&eng.lock);
 }
 
@@ -123,6 +190,12 @@ void sd_eng_ep_del(struct sd_ep *ep)
 }
 
 /* ---------------------------------------------------------------- rx */
+/* Reads: one recv into the link's staging buffer (rb) brings many small
+ * frames, which are parsed and copied out of it; a payload of at least
+ * SD_RX_DIRECT_MIN bytes is read straight into its destination, with the
+ * staging buffer as the last piece of the same readv (whatever follows the
+ * frame lands there). */
+
 static void iov_advance(struct iovec **iov, int *cnt, size_t n)
 {
 	while (n > 0 && *cnt > 0) {
@@ -142,6 +215,21 @@ static void iov_advance(struct iovec **iov, int *cnt, size_t n)
 	}
 }
 
+/* Payload bytes from the staging buffer into their destination: registered
+ * application memory for a write, a posted receive or a read's destination.
+ * The NIC-side copy of one-sided RDMA (softdoca/tsan.supp names it). */
+__attribute__((noinline)) static void sd_eng_rx_copy(struct sd_link *l, const uint8_t *p, size_t n)
+{
+	while (n > 0 && l->rx_iovcnt > 0) {
+		size_t c = l->rx_iov->iov_len < n ? l->rx_iov->iov_len : n;
+
+		memcpy(l->rx_iov->iov_base, p, c);
+		p += c;
+		n -= c;
+		iov_advance(&l->rx_iov, &l->rx_iovcnt, c);
+	}
+}
+
 static int frame_done(struct sd_link *l, doca_error_t *st)
 {
 	int rc;
@@ -153,16 +241,80 @@ static int frame_done(struct sd_link *l, doca_error_t *st)
 	return rc;
 }
 
+static int header_done(struct sd_link *l, doca_error_t *st)
+{
+	l->rx_hdr_got = 0;
+	if (sd_hdr_decode(l->rx_hdr_buf, &l->rx) != 0) {
+		SD_WARN("rdma: malformed frame header, closing link");
+		*st = DOCA_ERROR_CONNECTION_RESET;
+		return -1;
+	}
+	if (sd_wire_on_header(l, st) != 0)
+		return -1;
+	l->rx_left = l->rx.payload_len;
+	if (l->rx_left == 0)
+		return frame_done(l, st);
+	l->rx_state = SD_RX_PAYLOAD;
+	return 0;
+}
+
+static int rx_stop(const struct sd_link *l)
+{
+	return l->dead || l->rx_paused || l->draining;
+}
+
+/* Process the staged bytes (all of them unless the link pauses, dies or
+ * drains). Returns -1 when the link must be closed with *st. */
+static int rx_consume(struct sd_link *l, doca_error_t *st, int *frames)
+{
+	while (l->rb_pos < l->rb_end && !rx_stop(l)) {
+		size_t avail = l->rb_end - l->rb_pos;
+		const uint8_t *p = l->rb + l->rb_pos;
+
+		if (l->rx_state == SD_RX_HDR) {
+			size_t take = SD_HDR_LEN - l->rx_hdr_got;
+
+			if (take > avail)
+				take = avail;
+			memcpy(l->rx_hdr_buf + l->rx_hdr_got, p, take);
+			l->rb_pos += take;
+			l->rx_hdr_got += take;
+			if (l->rx_hdr_got < SD_HDR_LEN)
+				break;
+			(*frames)++;
+			if (header_done(l, st) != 0)
+				return -1;
+		} else {
+			size_t take = l->rx_left < avail ? l->rx_left : avail;
+
+			if (!l->rx_discard && l->rx_iovcnt)
+				sd_eng_rx_copy(l, p, take);
+			l->rb_pos += take;
+			l->rx_left -= take;
+			if (l->rx_left == 0 && frame_done(l, st) != 0)
+				return -1;
+		}
+	}
+	if (l->draining)
+		l->rb_pos = l->rb_end;
+	if (l->rb_pos == l->rb_end)
+		l->rb_pos = l->rb_end = 0;
+	return 0;
+}
+
 /* Returns -1 when the link must be closed with *st. */
 static int link_on_readable(struct sd_link *l, doca_error_t *st)
 {
 	int frames = 0;
 	size_t bytes = 0;
 
-	while (!l->dead && !l->rx_paused && frames < 256 && bytes < (8u << 20)) {
+	l->rx_kick = 0;
+	while (!l->dead && !l->rx_paused) {
 		ssize_t r;
+		size_t direct = 0;
 
 		if (l->draining) {
+			l->rb_pos = l->rb_end = 0;
 			r = recv(l->ep.fd, scratch, sizeof(scratch), 0);
 			if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
 				*st = DOCA_ERROR_CONNECTION_RESET;
@@ -171,17 +323,21 @@ static int link_on_readable(struct sd_link *l, doca_error_t *st)
 			if (r < 0 && errno != EINTR)
 				return 0;
 			bytes += r > 0 ? (size_t)r : 0;
+			if (bytes >= (8u << 20))
+				return 0;
 			continue;
 		}
-		if (l->rx_state == SD_RX_HDR) {
-			r = recv(l->ep.fd, l->rx_hdr_buf + l->rx_hdr_got, SD_HDR_LEN - l->rx_hdr_got, 0);
-		} else if (l->rx_discard || l->rx_iovcnt == 0) {
-			size_t want = l->rx_left < sizeof(scratch) ? l->rx_left : sizeof(scratch);
-			r = recv(l->ep.fd, scratch, want, 0);
-		} else {
-			/* never read past this frame: the destination may be larger than
-			 * the payload, and the next frame may already be in the socket */
-			struct iovec clip[64];
+		if (rx_consume(l, st, &frames) != 0)
+			return -1;
+		if (rx_stop(l))
+			continue;
+		if (frames >= 1024 || bytes >= (8u << 20))
+			return 0; /* level-triggered: the rest on the next turn */
+		if (l->rx_state == SD_RX_PAYLOAD && !l->rx_discard && l->rx_iovcnt && l->rx_left >= SD_RX_DIRECT_MIN) {
+			/* never read past this frame into the destination: the
+			 * destination may be larger than the payload; what follows
+			 * lands in the staging buffer */
+			struct iovec clip[65];
 			int cnt = 0;
 			size_t want = l->rx_left;
 
@@ -190,9 +346,15 @@ static int link_on_readable(struct sd_link *l, doca_error_t *st)
 				if (clip[cnt].iov_len > want)
 					clip[cnt].iov_len = want;
 				want -= clip[cnt].iov_len;
+				direct += clip[cnt].iov_len;
 				cnt++;
 			}
+			clip[cnt].iov_base = l->rb;
+			clip[cnt].iov_len = SD_RB_CAP;
+			cnt++;
 			r = readv(l->ep.fd, clip, cnt);
+		} else {
+			r = recv(l->ep.fd, l->rb, SD_RB_CAP, 0);
 		}
 		if (r == 0) {
 			*st = DOCA_ERROR_CONNECTION_RESET;
@@ -208,35 +370,31 @@ static int link_on_readable(struct sd_link *l, doca_error_t *st)
 		}
 		l->last_rx_ns = sd_now_ns();
 		bytes += (size_t)r;
-		if (l->rx_state == SD_RX_HDR) {
-			l->rx_hdr_got += (size_t)r;
-			if (l->rx_hdr_got < SD_HDR_LEN)
-				continue;
-			l->rx_hdr_got = 0;
-			frames++;
-			if (sd_hdr_decode(l->rx_hdr_buf, &l->rx) != 0) {
-				SD_WARN("rdma: malformed frame header, closing link");
-				*st = DOCA_ERROR_CONNECTION_RESET;
-				return -1;
-			}
-			if (sd_wire_on_header(l, st) != 0)
-				return -1;
-			l->rx_left = l->rx.payload_len;
-			if (l->rx_left == 0) {
-				if (frame_done(l, st) != 0)
-					return -1;
-			} else {
-				l->rx_state = SD_RX_PAYLOAD;
-			}
-		} else {
-			l->rx_left -= (size_t)r;
-			if (!l->rx_discard && l->rx_iovcnt)
-				iov_advance(&l->rx_iov, &l->rx_iovcnt, (size_t)r);
+		if (direct) {
+			size_t d = (size_t)r < direct ? (size_t)r : direct;
+
+			l->rx_left -= d;
+			iov_advance(&l->rx_iov, &l->rx_iovcnt, d);
+			l->rb_pos = 0;
+			l->rb_end = (size_t)r - d;
 			if (l->rx_left == 0 && frame_done(l, st) != 0)
 				return -1;
+		} else {
+			l->rb_pos = 0;
+			l->rb_end = (size_t)r;
 		}
 	}
 	return 0;
+}
+
+/* Staged bytes of a link that was paused are processed by the engine once
+ * it is unpaused (the socket may hold nothing more to wake it). */
+void sd_link_rx_kick(struct sd_link *l)
+{
+	if (!l->dead && !l->rx_paused && l->rb_pos < l->rb_end) {
+		l->rx_kick = 1;
+		sd_eng_kick();
+	}
 }
 
 static void link_on_event(struct sd_link *l, uint32_t events)
@@ -279,6 +437,26 @@ static void link_on_event(struct sd_link *l, uint32_t events)
 		if (!l->txq_head && l->close_after_flush)
 			shutdown(l->ep.fd, SHUT_WR);
 	}
+}
+
+/* Inline progress: doca_pe_progress of a context with tasks in flight
+ * reads the responses waiting on its links itself (non-blocking, only if
+ * the engine lock is free), so a polling application sees its completion
+ * without waiting for the engine thread to be scheduled. */
+void sd_eng_poll(struct doca_rdma *rdma)
+{
+	if (atomic_load_explicit(&rdma->ctx.inflight, memory_order_relaxed) == 0)
+		return;
+	if (sd_eng_trylock() != 0)
+		return;
+	if (rdma->running) {
+		for (struct sd_link *l = rdma->links, *nx; l; l = nx) {
+			nx = l->next;
+			if (l->out_head && !l->dead && !l->connecting && !l->rx_paused)
+				link_on_event(l, EPOLLIN);
+		}
+	}
+	sd_eng_unlock();
 }
 
 /* ---------------------------------------------------------------- timers */
@@ -383,9 +561,30 @@ static void eng_free_graveyard(void)
 		struct sd_link *l = eng.graveyard;
 		eng.graveyard = l->next;
 		free(l->park_buf);
+		free(l->rb);
+		sd_xport_peer_free(l->xpeer);
 		SD_LIVE_DEC(SD_LIVE_LINK);
 		free(l);
 	}
+}
+
+/* Adaptive spinning: after a turn that handled events the engine polls
+ * (epoll_wait without sleeping) for up to SOFTDOCA_SPIN_US microseconds
+ * before it sleeps, so a request arriving soon after the last one is
+ * served without a thread wake-up. 0 disables it. */
+static uint64_t eng_spin_ns(void)
+{
+	static uint64_t v = UINT64_MAX;
+
+	if (v == UINT64_MAX) {
+		const char *e = getenv("SOFTDOCA_SPIN_US");
+		uint64_t us = e && *e ? strtoull(e, NULL, 10) : SD_SPIN_US_DEFAULT;
+
+		if (us > 100000)
+			us = 100000;
+		v = us * 1000ull;
+	}
+	return v;
 }
 
 static void *eng_main(void *arg)
@@ -393,14 +592,15 @@ static void *eng_main(void *arg)
 	struct sd_engthr *et = arg;
 	struct epoll_event evs[64];
 	int timeout = -1;
+	uint64_t spin_until = 0, spin = eng_spin_ns();
 
 	for (;;) {
 		int n = epoll_wait(et->epfd, evs, 64, timeout);
 		uint64_t now, next;
 
-		pthread_mutex_lock(&eng.lock);
+		sd_eng_lock();
 		if (et->stop) {
-			pthread_mutex_unlock(&eng.lock);
+			sd_eng_unlock();
 			break;
 		}
 		for (int i = 0; i < n; i++) {
@@ -416,13 +616,26 @@ static void *eng_main(void *arg)
 				link_on_event((struct sd_link *)ep, evs[i].events);
 			}
 		}
-		for (struct doca_rdma *r = eng.rdmas; r; r = r->eng_next)
+		for (struct doca_rdma *r = eng.rdmas; r; r = r->eng_next) {
 			if (r->nparked && r->rq_head)
 				sd_wire_deliver_parked(r);
+			for (struct sd_link *l = r->links, *nx; l; l = nx) {
+				nx = l->next;
+				if (l->rx_kick)
+					link_on_event(l, EPOLLIN);
+			}
+		}
 		now = sd_now_ns();
 		next = eng_timers(now);
 		eng_free_graveyard();
-		pthread_mutex_unlock(&eng.lock);
+		sd_eng_unlock();
+		if (n > 0 && spin)
+			spin_until = now + spin;
+		if (spin_until && now < spin_until) {
+			timeout = 0;
+			continue;
+		}
+		spin_until = 0;
 		if (!next) {
 			timeout = -1;
 		} else {
@@ -441,7 +654,7 @@ doca_error_t sd_eng_attach(struct doca_rdma *rdma)
 
 	pthread_once(&eng_once, eng_init_once);
 	pthread_mutex_lock(&eng.life);
-	pthread_mutex_lock(&eng.lock);
+	sd_eng_lock();
 	if (!eng.cur) {
 		struct sd_engthr *et = calloc(1, sizeof(*et));
 		struct epoll_event ev;
@@ -482,7 +695,7 @@ doca_error_t sd_eng_attach(struct doca_rdma *rdma)
 	rdma->eng_next = eng.rdmas;
 	eng.rdmas = rdma;
 out:
-	pthread_mutex_unlock(&eng.lock);
+	sd_eng_unlock();
 	pthread_mutex_unlock(&eng.life);
 	return rc;
 }
@@ -518,9 +731,9 @@ void sd_eng_detach_locked(struct doca_rdma *rdma, doca_error_t status)
 void sd_eng_rdma_created(void)
 {
 	pthread_once(&eng_once, eng_init_once);
-	pthread_mutex_lock(&eng.lock);
+	sd_eng_lock();
 	eng.nrdma++;
-	pthread_mutex_unlock(&eng.lock);
+	sd_eng_unlock();
 }
 
 void sd_eng_rdma_destroyed(void)
@@ -528,7 +741,7 @@ void sd_eng_rdma_destroyed(void)
 	struct sd_engthr *et = NULL;
 
 	pthread_mutex_lock(&eng.life);
-	pthread_mutex_lock(&eng.lock);
+	sd_eng_lock();
 	if (eng.nrdma > 0)
 		eng.nrdma--;
 	if (eng.nrdma == 0 && eng.cur) {
@@ -536,13 +749,13 @@ void sd_eng_rdma_destroyed(void)
 		et->stop = 1;
 		sd_eng_kick();
 	}
-	pthread_mutex_unlock(&eng.lock);
+	sd_eng_unlock();
 	if (et) {
 		pthread_join(et->thr, NULL);
-		pthread_mutex_lock(&eng.lock);
+		sd_eng_lock();
 		eng_free_graveyard();
 		eng.cur = NULL;
-		pthread_mutex_unlock(&eng.lock);
+		sd_eng_unlock();
 		close(et->epfd);
 		close(et->efd.fd);
 		free(et);

@@ -56,6 +56,8 @@ void sd_link_set_rx_paused(struct sd_link *l, int paused)
 {
 	l->rx_paused = paused;
 	sd_link_update_events(l);
+	if (!paused)
+		sd_link_rx_kick(l);
 }
 
 struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting)
@@ -65,6 +67,11 @@ struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting)
 
 	if (!l)
 		return NULL;
+	l->rb = malloc(SD_RB_CAP);
+	if (!l->rb) {
+		free(l);
+		return NULL;
+	}
 	l->ep.kind = SD_EP_LINK;
 	l->ep.fd = fd;
 	l->rdma = rdma;
@@ -74,6 +81,7 @@ struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting)
 	l->next_req_id = 1;
 	l->ep_events = EPOLLIN | (connecting ? EPOLLOUT : 0);
 	if (sd_eng_ep_add(&l->ep, l->ep_events) != 0) {
+		free(l->rb);
 		free(l);
 		return NULL;
 	}
@@ -155,23 +163,43 @@ void sd_link_queue(struct sd_link *l, struct sd_txitem *it)
 	l->txq_tail = it;
 }
 
+/* Control frames (responses, pings, handshake) are small: consecutive ones
+ * share one allocation, a blob of encoded frames sent as one piece. */
+#define SD_CTRL_BLOB 4096u
+#define SD_CTRL_SMALL 64u
+
 int sd_link_send_ctrl(struct sd_link *l, const struct sd_hdr *h, const void *payload, size_t len)
 {
-	struct sd_txitem *it = calloc(1, sizeof(*it) + len);
+	struct sd_txitem *it = l->txq_tail;
 	struct sd_hdr hh = *h;
 
+	hh.payload_len = (uint32_t)len;
+	if (it && it->blob_cap && len <= SD_CTRL_SMALL && it->iov1.iov_len + SD_HDR_LEN + len <= it->blob_cap) {
+		uint8_t *p = (uint8_t *)(it + 1) + it->iov1.iov_len;
+
+		sd_hdr_encode(&hh, p);
+		if (len)
+			memcpy(p + SD_HDR_LEN, payload, len);
+		it->iov1.iov_len += SD_HDR_LEN + len;
+		it->iov = &it->iov1;
+		it->iovcnt = 1;
+		it->total += SD_HDR_LEN + len;
+		return 0;
+	}
+	it = calloc(1, sizeof(*it) + (len <= SD_CTRL_SMALL ? SD_CTRL_BLOB : len));
 	if (!it)
 		return -1;
 	SD_LIVE_INC(SD_LIVE_CTRL);
-	hh.payload_len = (uint32_t)len;
 	sd_hdr_encode(&hh, it->hdr);
+	it->iov1.iov_base = it + 1;
+	it->iov1.iov_len = len;
 	if (len) {
 		memcpy(it + 1, payload, len);
-		it->iov1.iov_base = it + 1;
-		it->iov1.iov_len = len;
 		it->iov = &it->iov1;
 		it->iovcnt = 1;
 	}
+	if (len <= SD_CTRL_SMALL)
+		it->blob_cap = SD_CTRL_BLOB;
 	it->total = SD_HDR_LEN + len;
 	sd_link_queue(l, it);
 	return 0;
@@ -249,7 +277,7 @@ int sd_link_flush_rc(struct sd_link *l)
 				take = (size_t)r;
 			it->sent += take;
 			r -= (ssize_t)take;
-			if (take && (it->task || it->total > SD_HDR_LEN))
+			if (take && (it->task || (!it->blob_cap && it->total > SD_HDR_LEN)))
 				tx_progress = 1;
 			if (it->sent == it->total) {
 				l->txq_head = it->next;
@@ -315,6 +343,27 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 		sd_conn_set_why(conn, l->why);
 		sd_conn_on_link_closed(conn, status, status != DOCA_ERROR_CONNECTION_ABORTED);
 	}
+	sd_link_flush(l);
+}
+
+/* The doorbell of a submit with DOCA_TASK_SUBMIT_FLAG_FLUSH: the tasks
+ * queued on rdma's links since the last one go out. Sent from the
+ * submitting thread (no engine wake-up), unless requests are outstanding
+ * on the link: then the engine, which wakes for their responses anyway,
+ * sends them with its next flush, many in one sendmsg (on an RC QP later
+ * work waits behind earlier work too). */
+void sd_link_submit_flush(struct doca_rdma *rdma, struct sd_link *l)
+{
+	for (struct sd_link *x = rdma->links; x; x = x->next) {
+		if (!x->unflushed)
+			continue;
+		x->unflushed = 0;
+		if (x != l && !x->out_head)
+			sd_link_flush(x);
+	}
+	l->unflushed = 0;
+	if (l->out_head && !l->dead && !l->connecting)
+		return; /* deferred: the engine flushes on the next response */
 	sd_link_flush(l);
 }
 

@@ -111,7 +111,7 @@ void sd_rtask_fail(struct sd_rtask *t, doca_error_t status, const char *fmt, ...
 	va_start(ap, fmt);
 	vdetail(t, fmt, ap);
 	va_end(ap);
-	sd_task_complete(&t->base, status);
+	sd_eng_complete(&t->base, status);
 }
 
 /* Return rc after recording why (submit-time errors). */
@@ -311,7 +311,7 @@ doca_error_t sd_rtask_alloc(struct doca_rdma *rdma, enum sd_task_type type, stru
 /* ---------------------------------------------------------------- task ops */
 void sd_rtask_complete(struct sd_rtask *t, doca_error_t status)
 {
-	sd_task_complete(&t->base, status);
+	sd_eng_complete(&t->base, status);
 }
 
 static void rtask_release(struct doca_task *task)
@@ -587,8 +587,17 @@ static doca_error_t rtask_submit(struct doca_task *task)
 		if (rdma->nparked)
 			sd_eng_kick();
 	} else if (c->state == SDC_ESTABLISHED && c->link) {
-		sd_rtask_start(t, c->link);
-		sd_link_flush(c->link);
+		struct sd_link *l = c->link;
+
+		if (sd_xport_try(t, l)) {
+			/* done over the same-host transport (completion queued) */
+		} else {
+			sd_rtask_start(t, l);
+			if (sd_submit_flags & DOCA_TASK_SUBMIT_FLAG_FLUSH)
+				sd_link_submit_flush(rdma, l);
+			else
+				l->unflushed = 1;
+		}
 	} else if (c->state == SDC_CONNECTING || c->state == SDC_ACCEPTING) {
 		t->qnext = NULL;
 		if (c->wq_tail)

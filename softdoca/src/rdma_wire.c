@@ -674,12 +674,17 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 
 			return access_fail(l, SD_OP_RESP, &hh, hh.payload_len, l->rx_status, &nak);
 		}
+		/* the sender's acknowledgement is queued before the receive
+		 * completes: a receiver that exits right after its completion
+		 * does not lose it */
 		if (h->opcode == SD_OP_WRITE_IMM) {
 			struct sd_rtask *r = pop_recv(l->rdma);
 
 			if (r) {
 				recv_result(r, l, h, h->payload_len);
+				respond(l, SD_OP_RESP, h->req_id, l->rx_status);
 				sd_rtask_complete(r, DOCA_SUCCESS);
+				return 0;
 			} else if (start_park(l, h, 0) == 0) {
 				enter_park(l);
 				return 0;
@@ -691,11 +696,6 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 		respond(l, SD_OP_RESP, h->req_id, l->rx_status);
 		return 0;
 	case SD_RXA_SEND:
-		if (t) {
-			sd_buf_tail_commit(t->dst, h->payload_len);
-			recv_result(t, l, h, h->payload_len);
-			sd_rtask_complete(t, DOCA_SUCCESS);
-		}
 		if (l->rx_status == DOCA_ERROR_TIME_OUT) {
 			rnr_fail(l, h);
 			return 0;
@@ -705,6 +705,11 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 			return 0;
 		}
 		respond(l, SD_OP_RESP, h->req_id, l->rx_status);
+		if (t) {
+			sd_buf_tail_commit(t->dst, h->payload_len);
+			recv_result(t, l, h, h->payload_len);
+			sd_rtask_complete(t, DOCA_SUCCESS);
+		}
 		return 0;
 	case SD_RXA_PARK:
 		enter_park(l);
@@ -788,8 +793,9 @@ void sd_wire_deliver_parked(struct doca_rdma *rdma)
 		}
 		if (st == DOCA_SUCCESS) {
 			recv_result(t, l, &l->park, l->park.payload_len);
+			respond(l, SD_OP_RESP, l->park.req_id, st); /* acknowledgement first */
+			sd_link_flush(l);
 			sd_rtask_complete(t, st);
-			respond(l, SD_OP_RESP, l->park.req_id, st);
 		} else {
 			struct sd_nak_info nak = {.code = SD_NAK_RECV_ROOM};
 			uint64_t cap = 0;

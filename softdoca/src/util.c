@@ -38,11 +38,17 @@ void sd_log(int level, const char *fmt, ...)
 	va_list ap;
 
 	pthread_once(&log_once, log_init);
-	if (level < log_level || level < 0 || level > SD_LOG_ERROR)
+	if (level < 0 || level > SD_LOG_ERROR)
+		return;
+	if (level < log_level && !sd_log_sdk_wanted())
 		return;
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	if (sd_log_sdk(level, line))   /* doca_log SDK backends exist: they decide (log.c) */
+		return;
+	if (level < log_level)
+		return;
 	fprintf(stderr, "softdoca[%d] %s: %s\n", (int)getpid(), names[level], line);
 }
 

@@ -158,7 +158,6 @@ static void test_mmap_bufs(struct doca_dev *dev)
 	RC(doca_mmap_set_permissions(m, DOCA_ACCESS_FLAG_LOCAL_READ_WRITE), DOCA_ERROR_BAD_STATE);
 	RC(doca_mmap_add_dev(m, dev), DOCA_ERROR_BAD_STATE);
 	RC(doca_mmap_set_max_num_devices(m, 8), DOCA_ERROR_BAD_STATE);
-	RC(doca_mmap_destroy(m), DOCA_ERROR_BAD_STATE);
 	RC(doca_dev_close(dev), DOCA_ERROR_IN_USE);
 	RC(doca_mmap_get_memrange(m, &p, &sz), DOCA_SUCCESS);
 	CHECK(p == mem && sz == sizeof(mem), "get_memrange");
@@ -175,8 +174,10 @@ static void test_mmap_bufs(struct doca_dev *dev)
 	RC(doca_buf_inventory_buf_get_by_args(inv, m, mem, 64, mem, 0, &b3), DOCA_ERROR_NO_MEMORY);
 	RC(doca_buf_inventory_get_num_free_elements(inv, &n32), DOCA_SUCCESS);
 	CHECK(n32 == 0, "no free elements");
-	RC(doca_mmap_stop(m), DOCA_ERROR_IN_USE);
+	RC(doca_mmap_stop(m), DOCA_ERROR_NOT_PERMITTED);    /* DOCA: buffers outstanding */
+	RC(doca_mmap_destroy(m), DOCA_ERROR_NOT_PERMITTED);
 	RC(doca_buf_inventory_stop(inv), DOCA_ERROR_IN_USE);
+	RC(doca_buf_inventory_destroy(inv), DOCA_ERROR_IN_USE);
 
 	/* data placement */
 	RC(doca_buf_get_refcount(b1, &rc16), DOCA_SUCCESS);
@@ -256,6 +257,16 @@ static void test_mmap_bufs(struct doca_dev *dev)
 	RC(doca_mmap_destroy(m), DOCA_SUCCESS);
 	RC(doca_mmap_start(m), DOCA_ERROR_BAD_STATE);
 	RC(doca_mmap_destroy(m), DOCA_ERROR_BAD_STATE);
+
+	/* DOCA: destroy stops a started mmap / inventory implicitly */
+	RC(doca_mmap_create(&m), DOCA_SUCCESS);
+	RC(doca_mmap_set_memrange(m, mem, sizeof(mem)), DOCA_SUCCESS);
+	RC(doca_mmap_add_dev(m, dev), DOCA_SUCCESS);
+	RC(doca_mmap_start(m), DOCA_SUCCESS);
+	RC(doca_buf_inventory_create(2, &inv), DOCA_SUCCESS);
+	RC(doca_buf_inventory_start(inv), DOCA_SUCCESS);
+	RC(doca_buf_inventory_destroy(inv), DOCA_SUCCESS);
+	RC(doca_mmap_destroy(m), DOCA_SUCCESS);
 }
 
 /* ------------------------------------------------------------------ export */

@@ -773,6 +773,32 @@ static uint16_t free_port(void)
 	return p;
 }
 
+/* A port taken on the device's IPv4 address is refused even if its IPv6
+ * address (::1 on lo) is free: the listener would miss IPv4 clients. */
+static void test_listen_in_use(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t l = sizeof(a);
+	uint16_t port;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 1) != 0) {
+		CHECK(0, "listen_in_use: bind");
+		close(fd);
+		return;
+	}
+	getsockname(fd, (struct sockaddr *)&a, &l);
+	port = ntohs(a.sin_port);
+	RC(doca_rdma_start_listen_to_port(B, port), DOCA_ERROR_IN_USE);
+	RC(doca_rdma_stop_listen_to_port(B, port), DOCA_ERROR_INVALID_VALUE); /* nothing left listening */
+	close(fd);
+	RC(doca_rdma_start_listen_to_port(B, port), DOCA_SUCCESS);
+	RC(doca_rdma_start_listen_to_port(B, port), DOCA_ERROR_ALREADY_EXIST);
+	RC(doca_rdma_stop_listen_to_port(B, port), DOCA_SUCCESS);
+}
+
 static void test_cm(void)
 {
 	uint16_t port = free_port(), closed = free_port();
@@ -1354,6 +1380,7 @@ struct peer {
 	struct doca_mmap *rmap;
 };
 
+static const char *peer_transport = "tcp"; /* SOFTDOCA_TRANSPORT of the next peer process */
 static int spawn_peer_(struct peer *p);
 static int spawn_peer(struct doca_dev *dev, struct peer *p)
 {
@@ -1383,6 +1410,7 @@ static int spawn_peer_(struct peer *p)
 		close(p1[1]);
 		close(p2[0]);
 		close(p2[1]);
+		setenv("SOFTDOCA_TRANSPORT", peer_transport, 1);
 		execl("/proc/self/exe", "test_rdma", "child", (char *)NULL);
 		_exit(127);
 	}
@@ -1488,6 +1516,108 @@ static void test_peer_death(struct doca_dev *dev)
 		doca_buf_dec_refcount(dst, NULL);
 	if (p.rmap)
 		reap_peer(&p);
+	cA = save;
+}
+
+const char *softdoca_transport_name(const struct doca_rdma_connection *conn);
+
+/* Same-host transport with another process: chosen automatically; the
+ * target's checks hold (bounds, key, permissions, a stopped mmap refused at
+ * once, over the TCP path that says why); a stopped target is still served
+ * (as by a NIC), a killed one fails the write at once. SOFTDOCA_TRANSPORT=tcp
+ * on one side keeps the connection on TCP. */
+static void reap_peer_wait(struct peer *p)
+{
+	double end;
+
+	reap_peer(p);
+	end = now_s() + 3;
+	while (ev[0].last_disc != p->conn && now_s() < end)
+		progress_both();
+}
+
+static void test_shm_peer(struct doca_dev *dev)
+{
+	struct peer p;
+	struct doca_rdma_connection *save = cA;
+	const char *want = getenv("SOFTDOCA_TRANSPORT") && !strcmp(getenv("SOFTDOCA_TRANSPORT"), "tcp") ? "tcp" : "shm";
+	double t0;
+
+	peer_transport = "tcp";
+	CHECK(spawn_peer(dev, &p) == 0, "tcp peer process connected (pid %d)", (int)p.pid);
+	if (p.rmap) {
+		cA = p.conn;
+		CHECK(!strcmp(softdoca_transport_name(p.conn), "tcp"), "peer with SOFTDOCA_TRANSPORT=tcp: transport %s",
+		      softdoca_transport_name(p.conn));
+		remote_write_expect(p.rmap, p.rmap->addr, 64, DOCA_SUCCESS, "write into a tcp peer");
+		reap_peer_wait(&p);
+	}
+	peer_transport = "auto";
+	CHECK(spawn_peer(dev, &p) == 0, "auto peer process connected (pid %d)", (int)p.pid);
+	if (!p.rmap) {
+		cA = save;
+		return;
+	}
+	cA = p.conn;
+	CHECK(!strcmp(softdoca_transport_name(p.conn), want), "same-host peer: transport %s (want %s)",
+	      softdoca_transport_name(p.conn), want);
+	remote_write_expect(p.rmap, p.rmap->addr, 4096, DOCA_SUCCESS, "shm: write into another process");
+	remote_write_expect(p.rmap, (uint8_t *)p.rmap->addr + (1u << 20) - 64, 64, DOCA_SUCCESS, "shm: write at the end");
+	kill(p.pid, SIGSTOP);
+	waitpid(p.pid, NULL, WUNTRACED);
+	t0 = now_s();
+	remote_write_expect(p.rmap, p.rmap->addr, 64, !strcmp(want, "shm") ? DOCA_SUCCESS : DOCA_ERROR_CONNECTION_RESET,
+			    "shm: a stopped target is still served (a NIC would), tcp: it times out");
+	kill(p.pid, SIGCONT);
+	if (!strcmp(want, "shm")) {
+		CHECK(now_s() - t0 < 0.5, "shm: write into a stopped process took %.0f ms", (now_s() - t0) * 1e3);
+		/* out of bounds: refused by the target over TCP, the connection breaks */
+		{
+			struct doca_buf *src = buf(invA, mA, memA, 64, 64);
+			struct doca_buf *dst = buf(invA, p.rmap, (uint8_t *)p.rmap->addr + (1u << 20) - 32, 32, 0);
+			struct doca_rdma_task_write *t = NULL;
+			struct done d = {0};
+
+			/* the remote buffer says 32 bytes: a 64-byte write is refused at submit */
+			RC(doca_rdma_task_write_allocate_init(A, cA, src, dst, (union doca_data){.ptr = &d}, &t),
+			   DOCA_SUCCESS);
+			RC(doca_task_submit(doca_rdma_task_write_as_task(t)), DOCA_ERROR_INVALID_VALUE);
+			doca_task_free(doca_rdma_task_write_as_task(t));
+			doca_buf_dec_refcount(src, NULL);
+			doca_buf_dec_refcount(dst, NULL);
+		}
+	}
+	reap_peer_wait(&p);
+	/* killed peer: the next write fails at once */
+	CHECK(spawn_peer(dev, &p) == 0, "third peer process connected (pid %d)", (int)p.pid);
+	if (p.rmap) {
+		cA = p.conn;
+		kill(p.pid, SIGKILL);
+		waitpid(p.pid, NULL, 0);
+		t0 = now_s();
+		{
+			struct doca_buf *src = buf(invA, mA, memA, 64, 64);
+			struct doca_buf *dst = buf(invA, p.rmap, p.rmap->addr, 64, 0);
+			struct doca_rdma_task_write *t = NULL;
+			struct done d = {0};
+			doca_error_t rc;
+
+			RC(doca_rdma_task_write_allocate_init(A, cA, src, dst, (union doca_data){.ptr = &d}, &t),
+			   DOCA_SUCCESS);
+			rc = doca_task_submit(doca_rdma_task_write_as_task(t));
+			if (rc == DOCA_SUCCESS)
+				wait_done(&d, 0, 10);
+			CHECK((rc == DOCA_ERROR_NOT_CONNECTED || (d.done && d.st == DOCA_ERROR_CONNECTION_RESET)) &&
+				      now_s() - t0 < 1.0,
+			      "killed peer: write fails (submit %s, status %s) after %.0f ms", doca_error_get_name(rc),
+			      doca_error_get_name(d.st), (now_s() - t0) * 1e3);
+			doca_task_free(doca_rdma_task_write_as_task(t));
+			doca_buf_dec_refcount(src, NULL);
+			doca_buf_dec_refcount(dst, NULL);
+		}
+		reap_peer_wait(&p);
+	}
+	peer_transport = "tcp";
 	cA = save;
 }
 
@@ -1684,6 +1814,14 @@ int main(int argc, char **argv)
 	RC(doca_buf_inventory_start(invB), DOCA_SUCCESS);
 
 	test_connect_oob(&cA, &cB, 1);
+	{
+		const char *tr = getenv("SOFTDOCA_TRANSPORT");
+		const char *want = tr && !strcmp(tr, "tcp") ? "tcp" : "shm";
+
+		CHECK(!strcmp(softdoca_transport_name(cA), want) && !strcmp(softdoca_transport_name(cB), want),
+		      "in-process connection: transport %s / %s (want %s)", softdoca_transport_name(cA),
+		      softdoca_transport_name(cB), want);
+	}
 	test_write(dev);
 	test_read();
 	test_send_recv();
@@ -1693,7 +1831,9 @@ int main(int argc, char **argv)
 	test_rnr_park_deliver();
 	test_garbage();
 	test_peer_death(dev);
+	test_shm_peer(dev);
 	test_rnr();
+	test_listen_in_use();
 	test_cm();
 	test_connect_close_cycles();
 	test_limits(dev);

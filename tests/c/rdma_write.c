@@ -1,0 +1,92 @@
+/* RDMA write: the requester writes its message into the responder's exported memory. */
+#include <stdio.h>
+#include <string.h>
+
+#include "rdma_common.h"
+
+DOCA_LOG_REGISTER(RDMA_TEST::WRITE);
+
+static void write_ok(struct doca_rdma_task_write *task, union doca_data task_ud, union doca_data ctx_ud)
+{
+	(void)task_ud;
+	rt_task_done(doca_rdma_task_write_as_task(task), ctx_ud, true);
+}
+
+static void write_err(struct doca_rdma_task_write *task, union doca_data task_ud, union doca_data ctx_ud)
+{
+	(void)task_ud;
+	rt_task_done(doca_rdma_task_write_as_task(task), ctx_ud, false);
+}
+
+static doca_error_t configure(struct rt *rt)
+{
+	return doca_rdma_task_write_set_conf(rt->rdma, write_ok, write_err, 4);
+}
+
+static doca_error_t responder(struct rt *rt)
+{
+	doca_error_t rc = rt_export_mmap(rt, "responder.mmap");
+
+	if (rc == DOCA_SUCCESS)
+		rc = rt_wait(rt, "done");
+	if (rc != DOCA_SUCCESS)
+		return rc;
+	DOCA_LOG_INFO("responder: memory holds \"%s\"", rt->mem);
+	return strcmp(rt->mem, rt->cfg->message) ? DOCA_ERROR_UNEXPECTED : DOCA_SUCCESS;
+}
+
+static doca_error_t requester(struct rt *rt)
+{
+	struct doca_buf *src = NULL, *dst = NULL;
+	struct doca_rdma_task_write *task;
+	union doca_data ud = {.u64 = 0};
+	void *raddr;
+	size_t rlen;
+	doca_error_t rc;
+
+	strcpy(rt->mem, rt->cfg->message);
+	rc = rt_import_mmap(rt, "responder.mmap");
+	if (rc != DOCA_SUCCESS)
+		return rc;
+	doca_mmap_get_memrange(rt->remote, &raddr, &rlen);
+	rc = doca_buf_inventory_buf_get_by_data(rt->inv, rt->mmap, rt->mem, strlen(rt->mem) + 1, &src);
+	if (rc == DOCA_SUCCESS)
+		rc = doca_buf_inventory_buf_get_by_addr(rt->inv, rt->remote, raddr, rlen, &dst);
+	if (rc == DOCA_SUCCESS)
+		rc = doca_rdma_task_write_allocate_init(rt->rdma, rt->conn, src, dst, ud, &task);
+	if (rc == DOCA_SUCCESS) {
+		rc = rt_submit(rt, doca_rdma_task_write_as_task(task));
+		doca_task_free(doca_rdma_task_write_as_task(task));
+	}
+	if (src)
+		doca_buf_dec_refcount(src, NULL);
+	if (dst)
+		doca_buf_dec_refcount(dst, NULL);
+	if (rc == DOCA_SUCCESS) {
+		DOCA_LOG_INFO("requester: wrote \"%s\"", rt->mem);
+		rc = rt_signal(rt, "done");
+	}
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct rt_cfg cfg;
+	struct rt rt;
+	doca_error_t rc = rt_args(argc, argv, &cfg);
+
+	if (rc != DOCA_SUCCESS)
+		return 2;
+	rc = rt_open(&rt, &cfg, DOCA_ACCESS_FLAG_LOCAL_READ_WRITE | DOCA_ACCESS_FLAG_RDMA_WRITE,
+		     DOCA_ACCESS_FLAG_LOCAL_READ_WRITE | DOCA_ACCESS_FLAG_RDMA_WRITE, configure);
+	if (rc == DOCA_SUCCESS)
+		rc = rt_connect(&rt);
+	if (rc == DOCA_SUCCESS)
+		rc = rt.responder ? responder(&rt) : requester(&rt);
+	rt_close(&rt);
+	if (rc != DOCA_SUCCESS) {
+		DOCA_LOG_ERR("%s failed: %s", cfg.role, doca_error_get_descr(rc));
+		return 1;
+	}
+	return 0;
+}
