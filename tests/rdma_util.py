@@ -28,8 +28,10 @@ def free_port() -> int:
 class PeerProc:
     """tests/peer_proc.py in a subprocess, one JSON command at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, transport: Optional[str] = None) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if transport is not None:   # SOFTDOCA_TRANSPORT of the peer (tcp: a frozen peer cannot serve)
+            env["SOFTDOCA_TRANSPORT"] = transport
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "peer_proc.py")], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
 

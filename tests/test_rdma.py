@@ -267,7 +267,16 @@ def _wait_stopped(pid: int, timeout: float = 5.0) -> None:
     raise TimeoutError(f"process {pid} did not stop")
 
 
-def test_peer_killed_mid_stream_fails_tasks_within_bound(local: Local, peer: PeerProc) -> None:
+@pytest.fixture
+def tcp_peer() -> Iterator[PeerProc]:
+    """A peer on TCP: frozen (SIGSTOP), it serves nothing (over the same-host transport it would, as a NIC)."""
+    p = PeerProc(transport="tcp")
+    yield p
+    p.close()
+
+
+def test_peer_killed_mid_stream_fails_tasks_within_bound(local: Local, tcp_peer: PeerProc) -> None:
+    peer = tcp_peer
     big = 4 << 20
     conn, started = connect(local, peer, "oob", size=big)
     rm = local.remote(started["mmap"])

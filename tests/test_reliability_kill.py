@@ -12,7 +12,7 @@ import time
 from typing import Any, Dict, List
 
 import pytest
-from reliability_util import CHILD_TIMEOUT_MS, HEAVY, Child, scale, summary
+from reliability_util import CHILD_TIMEOUT_MS, HEAVY, Child, child_env, scale, summary
 
 from rdma_util import free_port
 
@@ -42,7 +42,9 @@ def _pair(listener: Child, port: int, dialer: Child) -> None:
 
 
 def _start(listen_port: int = 0) -> tuple[Child, Dict[str, Any]]:
-    child = Child("peer")
+    # TCP: a SIGSTOPped peer must stall (over softdoca's same-host transport it
+    # would still be served, as by a NIC)
+    child = Child("peer", env={**child_env(), "SOFTDOCA_TRANSPORT": "tcp"})
     return child, child.call("start", listen_port=listen_port)
 
 

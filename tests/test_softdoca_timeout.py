@@ -27,7 +27,8 @@ class TimedPeer(PeerProc):
     """tests/peer_proc.py with SOFTDOCA_TIMEOUT_MS set for that process only."""
 
     def __init__(self) -> None:  # noqa: D107 - PeerProc with another environment
-        env = dict(os.environ, PYTHONUNBUFFERED="1", SOFTDOCA_TIMEOUT_MS=str(TIMEOUT_MS), PYDOCA_BACKEND="soft")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", SOFTDOCA_TIMEOUT_MS=str(TIMEOUT_MS), PYDOCA_BACKEND="soft",
+                   SOFTDOCA_TRANSPORT="tcp")  # frozen, it must serve nothing (shm would, as a NIC)
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "peer_proc.py")], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
 
