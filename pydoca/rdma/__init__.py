@@ -75,7 +75,7 @@ class Rdma(BatchMixin, Context):
                  max_tasks: int = 256,
                  rnr_retry_count: Optional[int] = None,
                  connection_request_timeout_ms: Optional[int] = None,
-                 request_timeout: float = 30.0,
+                 request_timeout: float = 5.0,
                  start: bool = True) -> None:
         super().__init__(pe, owners=(dev,))
         self.dev = dev
@@ -90,7 +90,8 @@ class Rdma(BatchMixin, Context):
         self.on_connection: Optional[Callable[[Connection, ConnectionState], None]] = None
         self.listening: List[int] = []
         self._ready: Deque[Connection] = collections.deque()   # established incoming, for accept()
-        #: seconds an incoming request may stay undecided (in ``requests``) before it is rejected
+        #: seconds an incoming request may stay undecided (in ``requests``) before it is rejected (default 5 s,
+        #: like the runtime's own bound on a request nobody answers: softdoca's connection request timeout)
         self.request_timeout = request_timeout
 
         check(lib.doca_rdma_set_permissions(rdma, int(permissions)), "doca_rdma_set_permissions")

@@ -280,6 +280,10 @@ void sd_task_complete_list(struct doca_pe *pe, struct doca_task *head, struct do
 /* Flags of the doca_task_submit* call running on this thread
  * (DOCA_TASK_SUBMIT_FLAG_*; FLUSH for doca_task_submit / try_submit). */
 extern _Thread_local uint32_t sd_submit_flags;
+/* Completions queued for pe and not yet delivered? (Ending connection events
+ * wait for them: a peer's last message is seen before its disconnect, also
+ * when it arrived while doca_pe_progress was running callbacks.) */
+int sd_pe_has_completions(struct doca_pe *pe);
 
 /* ---------------------------------------------------------------- contexts */
 struct sd_ctx_ops {

@@ -177,6 +177,18 @@ static int deliver_completions(struct doca_pe *pe)
 
 _Thread_local int sd_pe_phase = SD_PE_PHASE_ANY;
 
+int sd_pe_has_completions(struct doca_pe *pe)
+{
+	int pending;
+
+	pthread_mutex_lock(&pe->lock);
+	pending = pe->cq_head != NULL;
+	pthread_mutex_unlock(&pe->lock);
+	if (pending)
+		atomic_store(&pe->wake_pending, 1); /* the next doca_pe_progress delivers them, then the event */
+	return pending;
+}
+
 SD_EXPORT uint8_t doca_pe_progress(struct doca_pe *pe)
 {
 	int did = 0, r;

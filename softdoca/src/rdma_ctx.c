@@ -114,11 +114,13 @@ static int rdma_progress(struct doca_ctx *ctx)
 		struct doca_rdma_connection *c;
 		union doca_data cud;
 
+		/* checked before the leaf lock (pe->lock is never taken under ev_lock) */
+		int defer_end = sd_pe_phase == SD_PE_PHASE_BEFORE || (ctx->pe && sd_pe_has_completions(ctx->pe));
+
 		pthread_mutex_lock(&rdma->ev_lock);
 		ev = rdma->ev_head;
-		if (ev && sd_pe_phase == SD_PE_PHASE_BEFORE &&
-		    (ev->type == SD_EV_FAILURE || ev->type == SD_EV_DISCONNECT))
-			ev = NULL; /* after the completions that arrived before it */
+		if (ev && defer_end && (ev->type == SD_EV_FAILURE || ev->type == SD_EV_DISCONNECT))
+			ev = NULL; /* after the completions that arrived before it (even during this call) */
 		if (ev) {
 			rdma->ev_head = ev->next;
 			if (!rdma->ev_head)
