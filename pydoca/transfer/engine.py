@@ -225,6 +225,7 @@ class TransferEngine:
         """A handle to a peer's segment (``HOST:PORT/NAME``, or a name published in the metadata store)."""
         self._check()
         owner, name = self._resolve(ref)
+        self._reap()
         peer = self._peer(owner)
         try:
             desc = json.loads(peer.routes[0].conn.call("/segment", name.encode(), timeout=self.timeout))
@@ -241,7 +242,6 @@ class TransferEngine:
 
     # -- connections -------------------------------------------------------------------
     def _peer(self, owner: str) -> _Peer:
-        self._reap()
         peer = self._peers.get(owner)
         if peer is None:
             peer = self._peers[owner] = _Peer(owner)
@@ -300,14 +300,17 @@ class TransferEngine:
         conns: Dict[int, Requester] = {}
         cleanup: List[Callable[[], None]] = []
         early: List[Tuple[int, Exception]] = []
+        self._reap()
+        peers: Dict[str, _Peer] = {}                            # looked up once per batch
         for i, req in enumerate(requests):
             try:
-                self._plan(i, req, plan, conns, cleanup)
+                self._plan(i, req, plan, conns, cleanup, peers)
             except (TransferError, ValueError) as exc:
                 early.append((i, exc))
         parts: List[_Part] = []
         for (cid, is_read, _, _), sl in plan.items():
             conn = conns[cid]
+            self.stats[sl["route"]] = self.stats.get(sl["route"], 0) + len(sl["size"])
             batch = TaskBatch.ranges(conn.rdma, conn._conn(), "read" if is_read else "write", self.inventory,
                                      sl["lmap"], sl["loff"], sl["rmap"], sl["roff"], sl["size"])
             parts.append(_Part(batch, np.array(sl["owner"], dtype=np.int64), np.array(sl["size"], dtype=np.int64)))
@@ -316,8 +319,8 @@ class TransferEngine:
                              early)
 
     def _plan(self, i: int, req: Request, plan: Dict[Tuple[int, bool, int, int], Dict[str, Any]],
-              conns: Dict[int, Requester], cleanup: List[Callable[[], None]]) -> None:
-        op = Op(req.op)
+              conns: Dict[int, Requester], cleanup: List[Callable[[], None]], peers: Dict[str, _Peer]) -> None:
+        op = req.op if isinstance(req.op, Op) else Op(req.op)
         remote = self.open_segment(req.remote) if isinstance(req.remote, str) else req.remote
         remote.check()
         if req.length <= 0 or req.remote_offset < 0 or req.remote_offset + req.length > remote.length:
@@ -326,25 +329,29 @@ class TransferEngine:
         if op is Op.WRITE and remote.readonly:
             raise TransferError(f"{remote.ref} is read-only (registered from a read-only buffer)")
         lmap, loff = self._local(req, op, cleanup)
-        peer = self._peer(remote.owner)
+        peer = peers.get(remote.owner)
+        if peer is None:
+            peer = peers[remote.owner] = self._peer(remote.owner)
         if peer.instance != remote.generation.split(":")[0]:
             remote.close()                                    # stale: refused before anything is written
             remote.check()
         n = len(peer.routes)
         is_read = op is Op.READ
-        for k, start in enumerate(range(0, req.length, self.slice_size)):
+        rpath = len(remote.paths) - 1
+        size, length, roff0 = self.slice_size, req.length, req.remote_offset
+        for k, start in enumerate(range(0, length, size)):
             route = peer.routes[(peer.next + k) % n]
-            conns[id(route.conn)] = route.conn
-            lm, rm = lmap(route.local), remote.rmap(self.devs, route.local, min(route.path, len(remote.paths) - 1))
-            sl = plan.get((id(route.conn), is_read, id(lm), id(rm)))
+            lm, rm = lmap(route.local), remote.rmap(self.devs, route.local, min(route.path, rpath))
+            key = (id(route.conn), is_read, id(lm), id(rm))
+            sl = plan.get(key)
             if sl is None:
-                sl = plan[(id(route.conn), is_read, id(lm), id(rm))] = {
-                    "lmap": lm, "rmap": rm, "loff": [], "roff": [], "size": [], "owner": []}
+                conns[id(route.conn)] = route.conn
+                sl = plan[key] = {"lmap": lm, "rmap": rm, "loff": [], "roff": [], "size": [], "owner": [],
+                                  "route": (route.local, route.path)}
             sl["loff"].append(loff + start)
-            sl["roff"].append(req.remote_offset + start)
-            sl["size"].append(min(self.slice_size, req.length - start))
+            sl["roff"].append(roff0 + start)
+            sl["size"].append(min(size, length - start))
             sl["owner"].append(i)
-            self.stats[(route.local, route.path)] = self.stats.get((route.local, route.path), 0) + 1
         peer.next = (peer.next + 1) % n
 
     def _local(self, req: Request, op: Op,
