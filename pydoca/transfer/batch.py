@@ -143,6 +143,8 @@ class TransferBatch:
     def result(self, timeout: Optional[float] = 30.0) -> None:
         """Wait; TransferError naming the failed requests."""
         self.wait(timeout)
+        if not self._early and not any(p.batch.failed for p in self._parts):
+            return                                        # every slice succeeded: no per-request accounting
         bad = [(i, s) for i, s in enumerate(self.status()) if s.state is not State.DONE]
         if bad:
             what = ", ".join(f"#{i}: {s.error}" for i, s in bad[:4])
