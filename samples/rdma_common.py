@@ -19,6 +19,7 @@ try:                                      # pydoca loads its backend lazily, on 
     from pydoca import Device
     from pydoca.descriptor import DescriptorError, read_descriptor, write_descriptor
     from pydoca.errors import DocaError, NotFoundError
+    from pydoca.peer.spec import SpecError, parse_size, split_address
     from pydoca.rdma.exchange import ExchangeError
 except ImportError as _exc:               # no backend (pydoca.BackendError) or pydoca not installed
     sys.exit(f"{os.path.basename(sys.argv[0])}: FAILED: cannot load pydoca: {_exc}")
@@ -39,27 +40,24 @@ def pattern(size: int, seed: int = 0) -> bytes:
 def verify(data: Any, expected: bytes, what: str) -> None:
     """SampleError naming the first differing byte unless ``data == expected``."""
     got = bytes(data)
-    bad = [i for i, (a, b) in enumerate(zip(got, expected)) if a != b] if got != expected else []
-    if bad:
-        raise SampleError(f"{what}: {len(bad)} of {len(got)} bytes differ, first at offset {bad[0]} "
-                          f"(got 0x{got[bad[0]]:02x}, expected 0x{expected[bad[0]]:02x})")
+    if got != expected:
+        bad = [i for i, (a, b) in enumerate(zip(got, expected)) if a != b] or [min(len(got), len(expected))]
+        raise SampleError(f"{what}: {len(bad)} of {len(got)} bytes differ, first at offset {bad[0]}")
 
 
 def _amount(text: str) -> int:
-    """'8', '4K', '4KiB', '1M', '2G' -> a positive integer (binary units)."""
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
-    digits = t[:-1] if scale > 1 else t
-    if not digits.isdigit() or int(digits) == 0:
-        raise argparse.ArgumentTypeError(f"expected a positive amount (e.g. 8, 4K, 1M), got {text!r}")
-    return int(digits) * scale
+    """'8', '4K', '4KiB', '1M', '2G' -> a positive integer."""
+    try:
+        return parse_size(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _endpoint(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+    try:
+        return split_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parser(file: str, doc: str, *, pair: str, listens: bool, size: Optional[int] = 1 << 20,
