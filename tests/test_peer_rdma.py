@@ -21,7 +21,7 @@ from peer_util import Proc, Server, write_spec
 from pydoca.descriptor import DescriptorError, write_descriptor
 import pydoca
 from pydoca.peer import (Busy, Disconnected, HandlerError, NotFound, PeerTimeout, Rejected, Requester,
-                         StaleDescriptor, TooLarge)
+                         Responder, StaleDescriptor, TooLarge)
 from pydoca.peer import protocol as P
 from pydoca.peer.files import KIND, read_responder_file
 
@@ -285,3 +285,29 @@ def test_responder_gone_fails_requester(tmp_path: Path) -> None:
                     time.sleep(0.05)
     finally:
         srv.kill()
+
+
+def test_inline_handlers_run_on_the_serving_thread() -> None:
+    import threading
+    from rdma_util import free_port
+    seen = []
+    resp = Responder(f"127.0.0.1:{free_port()}", name="inl")
+    resp.add_endpoint("/fast", "call", 64, lambda p: (seen.append(threading.current_thread().name), p[::-1])[1],
+                      inline=True)
+    resp.add_endpoint("/pooled", "call", 64, lambda p: (seen.append(threading.current_thread().name), p)[1])
+    with pytest.raises(ValueError, match="async"):
+        async def coro(p: bytes) -> bytes:
+            return p
+        resp.add_endpoint("/bad", "call", 64, coro, inline=True)
+    resp.start()
+    server = threading.Thread(target=resp.serve_forever, name="serving", daemon=True)
+    server.start()
+    try:
+        with Requester.connect(resp.address) as req:
+            assert req.call("/fast", b"abc") == b"cba"
+            assert req.call("/pooled", b"abc") == b"abc"
+    finally:
+        resp.stop()
+        server.join(5)
+        resp.close()
+    assert seen[0] == "serving" and seen[1].startswith("pydoca-handler")

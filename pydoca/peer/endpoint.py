@@ -55,7 +55,7 @@ class Endpoint:
 
     def __init__(self, ep_id: int, path: str, kind: Kind, size: int, handler: Optional[Handler], *,
                  queue: Optional[int] = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
-                 description: str = "") -> None:
+                 description: str = "", inline: bool = False) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency of {path} must be >= 1")
         if timeout is not None and timeout <= 0:
@@ -63,6 +63,9 @@ class Endpoint:
         self.id, self.path, self.kind, self.size = ep_id, check_path(path), Kind(kind), size
         self.handler, self.queue, self.description = handler, queue, description
         self.concurrency, self.timeout = concurrency, timeout
+        self.inline = inline            # run on the serving thread: no hand-off, for handlers that never block
+        if inline and handler is not None and inspect.iscoroutinefunction(handler):
+            raise ValueError(f"{path}: an async def handler cannot be inline")
         self.wants_requester = handler is not None and _arity(handler) > (1 if self.kind is Kind.CALL else 2)
         self.mem = np.zeros(size, dtype=np.uint8)
         self.running = 0

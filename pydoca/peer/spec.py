@@ -14,6 +14,7 @@ Format (``version: 1``)::
                                   #   the requesters' windows, max_connections x window)
         concurrency: 1            # optional: handlers of this endpoint running at once (default 1)
         timeout: 30               # optional: seconds a handler may run (default: the responder's call_timeout)
+        inline: false             # optional: run the handler on the serving thread (never-blocking handlers only)
         description: text         # optional
 
 Handler modules are imported with the spec file's directory on ``sys.path``.
@@ -61,6 +62,7 @@ class EndpointSpec:
     description: str = ""
     concurrency: int = 1
     timeout: Optional[float] = None
+    inline: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def _endpoint(i: int, raw: Any) -> EndpointSpec:
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: expected a mapping")
     unknown = set(raw) - {"path", "type", "kind", "buffer", "size", "handler", "queue", "description",
-                          "concurrency", "timeout"}
+                          "concurrency", "timeout", "inline"}
     if unknown:
         raise SpecError(f"{where}: unknown keys {sorted(unknown)}")
     path = check_path(raw.get("path"))
@@ -136,9 +138,12 @@ def _endpoint(i: int, raw: Any) -> EndpointSpec:
     timeout = raw.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise SpecError(f"{where} ({path}): timeout must be a number of seconds > 0")
+    inline = raw.get("inline", False)
+    if not isinstance(inline, bool):
+        raise SpecError(f"{where} ({path}): inline must be true or false")
     desc = raw.get("description", "")
     return EndpointSpec(path, kind, parse_size(size_raw), handler, queue, str(desc), concurrency,
-                        None if timeout is None else float(timeout))
+                        None if timeout is None else float(timeout), inline)
 
 
 def parse_spec(doc: Any, *, base_dir: Optional[str] = None) -> ServiceSpec:
