@@ -319,6 +319,44 @@ void rt_task_done(struct doca_task *task, union doca_data ctx_user_data, bool ok
 	rt->tasks_done++;
 }
 
+static void receive_ok(struct doca_rdma_task_receive *task, union doca_data task_ud, union doca_data ctx_ud)
+{
+	(void)task_ud;
+	rt_task_done(doca_rdma_task_receive_as_task(task), ctx_ud, true);
+}
+
+static void receive_err(struct doca_rdma_task_receive *task, union doca_data task_ud, union doca_data ctx_ud)
+{
+	(void)task_ud;
+	rt_task_done(doca_rdma_task_receive_as_task(task), ctx_ud, false);
+}
+
+doca_error_t rt_receive_set_conf(struct rt *rt)
+{
+	return doca_rdma_task_receive_set_conf(rt->rdma, receive_ok, receive_err, 4);
+}
+
+doca_error_t rt_post_receive(struct rt *rt, char *addr, size_t len, struct doca_rdma_task_receive **task)
+{
+	struct doca_buf *dst = NULL;
+	union doca_data ud = {.u64 = 0};
+	doca_error_t rc = doca_buf_inventory_buf_get_by_addr(rt->inv, rt->mmap, addr, len, &dst);
+
+	if (rc == DOCA_SUCCESS)
+		rc = doca_rdma_task_receive_allocate_init(rt->rdma, dst, ud, task);
+	if (rc != DOCA_SUCCESS)
+		return rc;
+	return doca_task_submit(doca_rdma_task_receive_as_task(*task));
+}
+
+void rt_free_receive(struct doca_rdma_task_receive *task)
+{
+	struct doca_buf *dst = doca_rdma_task_receive_get_dst_buf(task);
+
+	doca_task_free(doca_rdma_task_receive_as_task(task));
+	doca_buf_dec_refcount(dst, NULL);
+}
+
 /* ---------------------------------------------------------------- set-up */
 doca_error_t rt_open(struct rt *rt, struct rt_cfg *cfg, uint32_t mmap_perm, uint32_t rdma_perm,
 		     doca_error_t (*configure_tasks)(struct rt *rt))

@@ -70,6 +70,10 @@ doca_error_t rt_wait_tasks(struct rt *rt, int want);
 doca_error_t rt_signal(struct rt *rt, const char *name);
 doca_error_t rt_wait(struct rt *rt, const char *name);
 void rt_close(struct rt *rt);
+/* Receive tasks: configure them (callbacks record completions), and post one into addr[0..len). */
+doca_error_t rt_receive_set_conf(struct rt *rt);
+doca_error_t rt_post_receive(struct rt *rt, char *addr, size_t len, struct doca_rdma_task_receive **task);
+void rt_free_receive(struct doca_rdma_task_receive *task);   /* the task and its buffer */
 /* Record a completion: the task callbacks of each program call this. */
 void rt_task_done(struct doca_task *task, union doca_data ctx_user_data, bool ok);
 

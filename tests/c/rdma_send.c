@@ -20,39 +20,20 @@ static void send_err(struct doca_rdma_task_send *task, union doca_data task_ud, 
 	rt_task_done(doca_rdma_task_send_as_task(task), ctx_ud, false);
 }
 
-static void receive_ok(struct doca_rdma_task_receive *task, union doca_data task_ud, union doca_data ctx_ud)
-{
-	(void)task_ud;
-	rt_task_done(doca_rdma_task_receive_as_task(task), ctx_ud, true);
-}
-
-static void receive_err(struct doca_rdma_task_receive *task, union doca_data task_ud, union doca_data ctx_ud)
-{
-	(void)task_ud;
-	rt_task_done(doca_rdma_task_receive_as_task(task), ctx_ud, false);
-}
-
 static doca_error_t configure(struct rt *rt)
 {
 	doca_error_t rc = doca_rdma_task_send_set_conf(rt->rdma, send_ok, send_err, 4);
 
 	if (rc == DOCA_SUCCESS)
-		rc = doca_rdma_task_receive_set_conf(rt->rdma, receive_ok, receive_err, 4);
+		rc = rt_receive_set_conf(rt);
 	return rc;
 }
 
 static doca_error_t responder(struct rt *rt)
 {
-	struct doca_buf *dst = NULL;
 	struct doca_rdma_task_receive *task;
-	union doca_data ud = {.u64 = 0};
-	doca_error_t rc = doca_buf_inventory_buf_get_by_addr(rt->inv, rt->mmap, rt->mem, RT_MEM_SIZE, &dst);
+	doca_error_t rc = rt_post_receive(rt, rt->mem, RT_MEM_SIZE, &task);
 
-	if (rc == DOCA_SUCCESS)
-		rc = doca_rdma_task_receive_allocate_init(rt->rdma, dst, ud, &task);
-	if (rc != DOCA_SUCCESS)
-		return rc;
-	rc = doca_task_submit(doca_rdma_task_receive_as_task(task));
 	if (rc == DOCA_SUCCESS)
 		rc = rt_signal(rt, "ready");
 	if (rc == DOCA_SUCCESS)
@@ -63,8 +44,7 @@ static doca_error_t responder(struct rt *rt)
 	if (doca_rdma_task_receive_get_result_opcode(task) != DOCA_RDMA_OPCODE_RECV_SEND)
 		rc = DOCA_ERROR_UNEXPECTED;
 	}
-	doca_task_free(doca_rdma_task_receive_as_task(task));
-	doca_buf_dec_refcount(dst, NULL);
+	rt_free_receive(task);
 	if (rc != DOCA_SUCCESS)
 		return rc;
 	DOCA_LOG_INFO("responder: received \"%s\"", rt->mem);

@@ -20,40 +20,21 @@ static void write_imm_err(struct doca_rdma_task_write_imm *task, union doca_data
 	rt_task_done(doca_rdma_task_write_imm_as_task(task), ctx_ud, false);
 }
 
-static void receive_ok(struct doca_rdma_task_receive *task, union doca_data task_ud, union doca_data ctx_ud)
-{
-	(void)task_ud;
-	rt_task_done(doca_rdma_task_receive_as_task(task), ctx_ud, true);
-}
-
-static void receive_err(struct doca_rdma_task_receive *task, union doca_data task_ud, union doca_data ctx_ud)
-{
-	(void)task_ud;
-	rt_task_done(doca_rdma_task_receive_as_task(task), ctx_ud, false);
-}
-
 static doca_error_t configure(struct rt *rt)
 {
 	doca_error_t rc = doca_rdma_task_write_imm_set_conf(rt->rdma, write_imm_ok, write_imm_err, 4);
 
 	if (rc == DOCA_SUCCESS)
-		rc = doca_rdma_task_receive_set_conf(rt->rdma, receive_ok, receive_err, 4);
+		rc = rt_receive_set_conf(rt);
 	return rc;
 }
 
 static doca_error_t responder(struct rt *rt)
 {
-	struct doca_buf *dst = NULL;
 	struct doca_rdma_task_receive *task;
-	union doca_data ud = {.u64 = 0};
 	/* the receive the write_imm consumes: its buffer is not written */
-	doca_error_t rc = doca_buf_inventory_buf_get_by_addr(rt->inv, rt->mmap, rt->mem + 2048, 64, &dst);
+	doca_error_t rc = rt_post_receive(rt, rt->mem + 2048, 64, &task);
 
-	if (rc == DOCA_SUCCESS)
-		rc = doca_rdma_task_receive_allocate_init(rt->rdma, dst, ud, &task);
-	if (rc != DOCA_SUCCESS)
-		return rc;
-	rc = doca_task_submit(doca_rdma_task_receive_as_task(task));
 	if (rc == DOCA_SUCCESS)
 		rc = rt_export_mmap(rt, "responder.mmap");
 	if (rc == DOCA_SUCCESS)
@@ -64,8 +45,7 @@ static doca_error_t responder(struct rt *rt)
 		DOCA_LOG_ERR("wrong opcode or immediate");
 		rc = DOCA_ERROR_UNEXPECTED;
 	}
-	doca_task_free(doca_rdma_task_receive_as_task(task));
-	doca_buf_dec_refcount(dst, NULL);
+	rt_free_receive(task);
 	if (rc != DOCA_SUCCESS)
 		return rc;
 	DOCA_LOG_INFO("responder: immediate 0xbeef0042, memory holds \"%s\"", rt->mem);
