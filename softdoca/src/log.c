@@ -312,24 +312,24 @@ SD_EXPORT doca_error_t doca_log_level_set_global_upper_limit(uint32_t upper_limi
 	return DOCA_SUCCESS;
 }
 
-SD_EXPORT uint32_t doca_log_level_get_global_lower_limit(void)
+static uint32_t locked_get(const uint32_t *v)
 {
-	uint32_t v;
+	uint32_t x;
 
 	pthread_mutex_lock(&log_lock);
-	v = global_lower;
+	x = *v;
 	pthread_mutex_unlock(&log_lock);
-	return v;
+	return x;
+}
+
+SD_EXPORT uint32_t doca_log_level_get_global_lower_limit(void)
+{
+	return locked_get(&global_lower);
 }
 
 SD_EXPORT uint32_t doca_log_level_get_global_upper_limit(void)
 {
-	uint32_t v;
-
-	pthread_mutex_lock(&log_lock);
-	v = global_upper;
-	pthread_mutex_unlock(&log_lock);
-	return v;
+	return locked_get(&global_upper);
 }
 
 SD_EXPORT doca_error_t doca_log_backend_set_sdk_level(struct doca_log_backend *backend, uint32_t level)
@@ -361,12 +361,7 @@ SD_EXPORT doca_error_t doca_log_level_set_global_sdk_limit(uint32_t level)
 
 SD_EXPORT uint32_t doca_log_level_get_global_sdk_limit(void)
 {
-	uint32_t v;
-
-	pthread_mutex_lock(&log_lock);
-	v = global_sdk;
-	pthread_mutex_unlock(&log_lock);
-	return v;
+	return locked_get(&global_sdk);
 }
 
 /* ---------------------------------------------------------------- output */
