@@ -151,28 +151,50 @@ def _read_once(path: str, kind: str) -> Dict[str, Any]:
     return decode_document(doc, kind, source=path)
 
 
-def read_descriptor(path: PathLike, kind: str, *, timeout: float = 0) -> Dict[str, Any]:
+def _writer_gone(doc: Mapping[str, Any]) -> bool:
+    """True when the document was written on this host by a process that has exited."""
+    pid = doc.get("pid")
+    if doc.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:                       # alive, owned by another user
+        pass
+    return False
+
+
+def read_descriptor(path: PathLike, kind: str, *, timeout: float = 0, fresh: bool = False) -> Dict[str, Any]:
     """Read a ``kind`` descriptor, waiting up to ``timeout`` seconds for the
     file to appear. Returns the whole document (header included) with bytes
-    values decoded. DescriptorError when the file is invalid, of another kind
-    or version, or still missing after the timeout."""
+    values decoded. ``fresh``: a file left on this host by a process that has
+    exited counts as not there yet (a rerun does not pick up the last run's
+    file). DescriptorError when the file is invalid, of another kind or
+    version, or still missing (or stale) after the timeout."""
     path = os.fspath(path)
     deadline = time.monotonic() + max(0.0, timeout)
     delay = _POLL_MIN
+    stale = ""
     while True:
         try:
-            return _read_once(path, kind)
+            doc = _read_once(path, kind)
+            if not (fresh and _writer_gone(doc)):
+                return doc
+            stale = f" (stale: written by process {doc['pid']}, which has exited)"
         except FileNotFoundError:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                waited = f" after waiting {timeout:g}s" if timeout > 0 else ""
-                raise DescriptorError(f"{path}: descriptor file not found{waited}") from None
-            time.sleep(min(delay, remaining))
-            delay = min(delay * 2, _POLL_MAX)
+            pass
         except IsADirectoryError:
             raise DescriptorError(f"{path}: is a directory, not a descriptor file") from None
         except PermissionError as exc:
             raise DescriptorError(f"{path}: cannot read descriptor ({exc.strerror})") from None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            waited = f" after waiting {timeout:g}s" if timeout > 0 else ""
+            what = f"no fresh descriptor file{stale}" if stale else "descriptor file not found"
+            raise DescriptorError(f"{path}: {what}{waited}")
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, _POLL_MAX)
 
 
 __all__ = ["DescriptorError", "FORMAT_VERSION", "MAGIC", "decode_document", "decode_value", "encode_payload",

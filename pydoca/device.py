@@ -6,6 +6,7 @@ Discovery takes a snapshot of every ``doca_devinfo`` into a frozen
 from __future__ import annotations
 
 import ipaddress
+import socket
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -158,6 +159,27 @@ class Device(Resource):
                 seen.append(info)
         available = "; ".join(i.describe() for i in seen) or "none"
         raise NotFoundError(f"no DOCA device matches {what} (available: {available})")
+
+    @classmethod
+    def open_route(cls, host: str) -> "Device":
+        """Open the device a connection with ``host`` uses: the one owning
+        ``host`` when it is a local address (an unspecified one: lo's), else the
+        one owning the source address of the kernel's route to it."""
+        ip = str(socket.getaddrinfo(host, None)[0][4][0])
+        if ipaddress.ip_address(ip).is_unspecified:
+            return cls.open(iface="lo")
+        try:
+            return cls.open(ip=ip)
+        except NotFoundError:
+            pass
+        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((ip, 9))                    # asks the routing table; sends nothing
+            local = str(s.getsockname()[0])
+        try:
+            return cls.open(ip=local)
+        except NotFoundError:
+            raise NotFoundError(f"no DOCA device has address {local}, the source of the route to {host} "
+                                "(`pydoca devices` lists them)") from None
 
     @property
     def info(self) -> DeviceInfo:

@@ -1,17 +1,14 @@
-"""What the RDMA samples share, as DOCA's rdma_common does: the command line,
-the device choice, descriptor files, the data pattern and the summary line.
-Every DOCA step stays in the samples themselves."""
+"""What the RDMA samples share, as DOCA's rdma_common does: arguments, device choice,
+descriptor files, the data pattern, the summary line. Every DOCA step stays in the samples."""
 from __future__ import annotations
 
 import argparse
 import atexit
 import contextlib
-import ipaddress
 import logging
 import os
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
@@ -19,7 +16,7 @@ try:                                      # pydoca loads its backend lazily, on 
     from pydoca import Device
     from pydoca.descriptor import DescriptorError, read_descriptor, write_descriptor
     from pydoca.errors import DocaError, NotFoundError
-    from pydoca.peer.spec import SpecError, parse_size, split_address
+    from pydoca.peer.spec import parse_size, split_address
     from pydoca.rdma.exchange import ExchangeError
 except ImportError as _exc:               # no backend (pydoca.BackendError) or pydoca not installed
     sys.exit(f"{os.path.basename(sys.argv[0])}: FAILED: cannot load pydoca: {_exc}")
@@ -39,25 +36,19 @@ def pattern(size: int, seed: int = 0) -> bytes:
 
 def verify(data: Any, expected: bytes, what: str) -> None:
     """SampleError naming the first differing byte unless ``data == expected``."""
-    got = bytes(data)
-    if got != expected:
+    if (got := bytes(data)) != expected:
         bad = [i for i, (a, b) in enumerate(zip(got, expected)) if a != b] or [min(len(got), len(expected))]
         raise SampleError(f"{what}: {len(bad)} of {len(got)} bytes differ, first at offset {bad[0]}")
 
 
-def _amount(text: str) -> int:
-    """'8', '4K', '4KiB', '1M', '2G' -> a positive integer."""
-    try:
-        return parse_size(text)
-    except SpecError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _endpoint(text: str) -> tuple[str, int]:
-    try:
-        return split_address(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _arg(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from one of pydoca's parsers (sizes, HOST:PORT)."""
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except ValueError as exc:                     # SpecError is a ValueError
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
 
 
 def parser(file: str, doc: str, *, pair: str, listens: bool, size: Optional[int] = 1 << 20,
@@ -69,14 +60,14 @@ def parser(file: str, doc: str, *, pair: str, listens: bool, size: Optional[int]
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group(required=True)
     flag, verb = ("--listen", "listen on") if listens else ("--connect", "connect to")
-    mode.add_argument(flag, metavar="HOST:PORT", type=_endpoint, help=f"RDMA CM: {verb} HOST:PORT")
+    mode.add_argument(flag, metavar="HOST:PORT", type=_arg(split_address), help=f"RDMA CM: {verb} HOST:PORT")
     mode.add_argument("--descriptor-dir", metavar="DIR", help="out of band: exchange descriptor files in DIR")
     p.add_argument("--device", metavar="NAME", help="ibdev or interface name (default: by address, else lo)")
     if has_size:
-        p.add_argument("--size", type=_amount, default=size, metavar="BYTES",
+        p.add_argument("--size", type=_arg(parse_size), default=size, metavar="BYTES",
                        help=f"bytes to move, K/M/G suffixes (default: {size or 'the size of the peer memory'})")
     if iterations:
-        p.add_argument("--iterations", type=_amount, default=1, metavar="N", help="repeat the operation N times")
+        p.add_argument("--iterations", type=_arg(parse_size), default=1, metavar="N", help="repeat N times")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="bound of every wait (30)")
     p.add_argument("--progress", choices=("blocking", "polling"), default="blocking", help="progress engine mode")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="data pattern seed (both sides alike)")
@@ -86,24 +77,13 @@ def parser(file: str, doc: str, *, pair: str, listens: bool, size: Optional[int]
 
 
 def open_device(args: argparse.Namespace) -> Device:
-    """--device (ibdev, then interface name); else the device owning the
-    --listen address or the local address that routes to --connect; else lo."""
+    """--device (ibdev, then interface name), else the device of --listen or of the route to --connect."""
     if args.device:
         for key in ("ibdev_name", "iface"):
             with contextlib.suppress(NotFoundError):
                 return Device.open(**{key: args.device})
         raise SampleError(f"no DOCA device named {args.device!r} (`pydoca devices` lists them)")
-    local = args.address                                     # the --listen address, or None
-    if getattr(args, "connect", None):
-        with socket.socket(socket.AF_INET6 if ":" in local else socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((local, args.connect[1]))              # asks the routing table; sends nothing
-            local = s.getsockname()[0]
-    try:
-        if local is None or ipaddress.ip_address(local).is_unspecified:
-            return Device.open(iface="lo")
-        return Device.open(ip=local)
-    except NotFoundError:
-        raise SampleError(f"no DOCA device has address {local}; use --device (`pydoca devices`)") from None
+    return Device.open_route(args.address or "0.0.0.0")
 
 
 def write_descriptors(args: argparse.Namespace, **payload: bytes) -> None:
@@ -116,31 +96,17 @@ def write_descriptors(args: argparse.Namespace, **payload: bytes) -> None:
 
 
 def read_descriptors(args: argparse.Namespace) -> Dict[str, Any]:
-    """The peer's descriptors, waiting up to --timeout for its file; a file
-    left on this host by a process that has exited is skipped."""
+    """The peer's descriptors, waiting up to --timeout for a file from a live process."""
     peer = "requester" if args.role == "responder" else "responder"
     path = os.path.join(args.descriptor_dir, f"{peer}.json")
-    deadline = time.monotonic() + args.timeout
-    while True:
-        try:
-            info = read_descriptor(path, KIND, timeout=max(0.0, deadline - time.monotonic()))
-        except DescriptorError:
-            if os.path.exists(path):
-                raise
-            raise SampleError(f"{path}: descriptor file not found after waiting {args.timeout:g}s (is the {peer} "
-                              "running with the same --descriptor-dir?)") from None
-        if info.get("sample") != args.pair:
-            raise SampleError(f"{path}: the {peer} runs sample {info.get('sample')!r}, not {args.pair!r}")
-        try:
-            os.kill(info["pid"], 0) if info.get("host") == socket.gethostname() else None
-            return info
-        except ProcessLookupError:
-            if time.monotonic() >= deadline:
-                raise SampleError(f"{path}: stale descriptor (process {info['pid']} has exited), no fresh one "
-                                  f"after {args.timeout:g}s") from None
-        except (OSError, KeyError, TypeError):
-            return info
-        time.sleep(0.05)
+    try:
+        info = read_descriptor(path, KIND, timeout=args.timeout, fresh=True)
+    except DescriptorError as exc:
+        hint = "" if os.path.exists(path) else f" (is the {peer} running with the same --descriptor-dir?)"
+        raise SampleError(f"{exc}{hint}") from None
+    if info.get("sample") != args.pair:
+        raise SampleError(f"{path}: the {peer} runs sample {info.get('sample')!r}, not {args.pair!r}")
+    return info
 
 
 def status(args: argparse.Namespace, text: str) -> None:
@@ -157,8 +123,7 @@ def peer_size(args: argparse.Namespace, length: int) -> int:
 
 def summary(args: argparse.Namespace, amount: int, elapsed: Optional[float] = None, *,
             unit: str = "bytes", note: str = "") -> str:
-    """The one stdout line. Only the requester times the transfer (bytes/s, or
-    operations/s for atomics); the other side says what it checked."""
+    """The one stdout line: the requester's rate (bytes/s; ops/s for atomics), else what was checked."""
     n = getattr(args, "iterations", 1)
     head = f"{args.name}: OK {amount} {unit}" + (f" x {n}" if n > 1 else "")
     if elapsed is None:

@@ -205,3 +205,19 @@ def test_document_helpers_round_trip() -> None:
     assert back["memory"] == b"\x01\x02" and back["n"] == 3
     with pytest.raises(DescriptorError, match="message: descriptor kind"):
         descriptor.decode_document(json.loads(text), "other", source="message")
+
+
+def test_fresh_skips_a_file_left_by_an_exited_process(tmp_path: Path) -> None:
+    """fresh=True: a file written on this host by a dead process is not taken;
+    the error after the timeout names the stale writer; a live writer's file is."""
+    import subprocess
+    import sys
+    path = tmp_path / "peer.json"
+    code = ("import sys; from pydoca.descriptor import write_descriptor; "
+            "write_descriptor(sys.argv[1], 'sample', {'x': 1})")
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=60)
+    assert read_descriptor(path, "sample")["x"] == 1               # default: taken as is
+    with pytest.raises(DescriptorError, match=r"stale: written by process \d+, which has exited.*0.2s"):
+        read_descriptor(path, "sample", timeout=0.2, fresh=True)
+    write_descriptor(path, "sample", {"x": 2})                      # ours: alive
+    assert read_descriptor(path, "sample", fresh=True)["x"] == 2

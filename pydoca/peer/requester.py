@@ -16,7 +16,6 @@ import asyncio
 import base64
 import collections
 import hmac
-import ipaddress
 import os
 import secrets
 import socket
@@ -50,22 +49,13 @@ BytesLike = Union[bytes, bytearray, memoryview]
 
 
 def _route_device(host: str, device: Optional[str]) -> Device:
-    """The local device to reach ``host`` from: by name, by the route's source address, or the first one."""
+    """The local device to reach ``host`` from: by name, by the route, or the first one with an address."""
     if device:
         return Device.open(ibdev_name=device)
-    ip = str(socket.getaddrinfo(host, None)[0][4][0])
-    candidates = [ip] if ipaddress.ip_address(ip).is_loopback else []
     try:
-        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((ip, 9))
-            candidates.append(s.getsockname()[0])
-    except OSError:
+        return Device.open_route(host)
+    except (NotFoundError, OSError):
         pass
-    for cand in candidates:
-        try:
-            return Device.open(ip=cand)
-        except NotFoundError:
-            continue
     found = [d for d in devices() if d.ipv4 or d.ipv6]
     if not found:
         raise Unavailable("no DOCA device with an IP address on this host")
