@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .ctx import Context as Context, CtxState as CtxState, Task as Task, TaskStatus as TaskStatus
     from .device import Device as Device, DeviceInfo as DeviceInfo, devices as devices
     from .errors import DocaError as DocaError
-    from .memory import Access as Access, MemoryMap as MemoryMap
+    from .memory import Access as Access, MemoryMap as MemoryMap, shared_memory as shared_memory
     from .pe import ProgressEngine as ProgressEngine, ProgressMode as ProgressMode
     from .rdma import Connection as Connection, ConnectionState as ConnectionState, Opcode as Opcode, Rdma as Rdma, Received as Received
     from .rdma import BatchError as BatchError, TaskBatch as TaskBatch
@@ -29,7 +29,7 @@ _WHERE = {
     "Context": ".ctx", "CtxState": ".ctx", "Task": ".ctx", "TaskStatus": ".ctx",
     "Device": ".device", "DeviceInfo": ".device", "devices": ".device",
     "DocaError": ".errors",
-    "Access": ".memory", "MemoryMap": ".memory",
+    "Access": ".memory", "MemoryMap": ".memory", "shared_memory": ".memory",
     "ProgressEngine": ".pe", "ProgressMode": ".pe",
     "Connection": ".rdma", "ConnectionState": ".rdma", "Opcode": ".rdma", "Rdma": ".rdma", "Received": ".rdma",
     "BatchError": ".rdma", "TaskBatch": ".rdma",

@@ -194,14 +194,24 @@ class Task(Generic[T]):
         callbacks.tasks[self._id] = self
         rc = lib.doca_task_submit(c_task)
         if rc != 0:
-            callbacks.tasks.pop(self._id, None)
-            why = _soft_detail(c_task)
-            lib.doca_task_free(c_task)
-            self._c_task = ffi.NULL
-            check(rc, f"submit {type(self).__name__}{self._detail()}{why}")
-        self._maps = [m for m in (getattr(b, "mmap", None) for b in self._keep) if m is not None]
-        for m in self._maps:           # a closing MemoryMap first waits for (or flushes) these
-            m._tasks[self._id] = self
+            self._refused(c_task, rc)
+        return self._submitted()
+
+    def _refused(self, c_task: Any, rc: int) -> None:
+        """Submit failed: forget the task, free it, raise its DocaError."""
+        callbacks.tasks.pop(self._id, None)
+        why = _soft_detail(c_task)
+        lib.doca_task_free(c_task)
+        self._c_task = ffi.NULL
+        check(rc, f"submit {type(self).__name__}{self._detail()}{why}")
+
+    def _submitted(self) -> "Task[T]":
+        """Pin the memory maps the task uses: a closing MemoryMap first waits for (or flushes) it."""
+        for b in self._keep:
+            m = getattr(b, "_mmap", None)
+            if m is not None:
+                self._maps.append(m)
+                m._tasks[self._id] = self
         return self
 
     def _release_maps(self) -> None:
@@ -249,9 +259,11 @@ class Task(Generic[T]):
 
     def wait(self, timeout: Optional[float] = 10.0) -> "Task[T]":
         """Progress until done; TimeoutError after ``timeout`` seconds."""
-        if not self.done:
-            self.ctx.pe.run_until(lambda: self.done, 1e9 if timeout is None else timeout,
-                                  what=type(self).__name__)
+        if self.status is TaskStatus.PENDING:
+            pe = self.ctx.pe
+            if not pe.progress() or self.status is TaskStatus.PENDING:   # one round first: often enough
+                pe.run_until(lambda: self.status is not TaskStatus.PENDING, 1e9 if timeout is None else timeout,
+                             what=type(self).__name__)
         return self
 
     def result(self, timeout: Optional[float] = 10.0) -> Optional[T]:

@@ -33,11 +33,12 @@ class Peer:
 
     def start(self, size: int, access: int, permissions: int, mode: str, port: int = 0,
               accept: bool = True, rnr_retry: int | None = None, fill: int = 0,
-              accept_data: str = "") -> Dict[str, Any]:
+              accept_data: str = "", shared: bool = False) -> Dict[str, Any]:
         s = self.stack
         self.dev = s.enter_context(pydoca.Device.open(iface="lo"))
         self.pe = s.enter_context(pydoca.ProgressEngine())
-        self.mem = bytearray([fill]) * size
+        self.mem = pydoca.shared_memory(size) if shared else bytearray(size)   # shared: a sealed memfd
+        self.mem[:] = bytes([fill]) * size
         self.rdma = s.enter_context(pydoca.Rdma(self.dev, self.pe, permissions=Access(permissions),
                                                 rnr_retry_count=rnr_retry))
         self.rdma.on_connection = lambda c, st: self.events.append(st.value)

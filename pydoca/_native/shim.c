@@ -161,6 +161,28 @@ static doca_error_t pydoca_batch_alloc(struct doca_rdma *rdma, int kind, struct 
 }
 
 /*
+ * One task of kind (PYDOCA_B_*) allocated with user data ud and submitted, in
+ * one call from Python. Allocation failure: *out NULL. Submit failure: the
+ * task is left in *out, not freed, so the caller can read why and free it.
+ */
+doca_error_t pydoca_rdma_submit_one(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
+				    struct doca_buf *a, struct doca_buf *b, uint32_t imm, uint64_t ud,
+				    struct doca_task **out)
+{
+	union doca_data data;
+	doca_error_t rc;
+
+	data.u64 = ud;
+	*out = NULL;
+	rc = pydoca_batch_alloc(rdma, kind, conn, a, b, imm, data, out);
+	if (rc != DOCA_SUCCESS) {
+		*out = NULL;
+		return rc;
+	}
+	return doca_task_submit(*out);
+}
+
+/*
  * Allocate and submit tasks [first, first+count) of a batch (a[i], b[i], imm[i]
  * per task; b or imm may be NULL where the kind needs none). Stops at the first
  * failure and returns it; batch->submitted counts what went in.

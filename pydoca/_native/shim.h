@@ -7,6 +7,11 @@ doca_error_t pydoca_rdma_set_conn_cbs(struct doca_rdma *rdma);
 uint64_t pydoca_task_get_user_data(const struct doca_task *task);
 
 
+/* One RDMA task (kind: shim.c's PYDOCA_B_*) allocated and submitted in one call. */
+doca_error_t pydoca_rdma_submit_one(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
+				    struct doca_buf *a, struct doca_buf *b, uint32_t imm, uint64_t ud,
+				    struct doca_task **out);
+
 /* Task batches: see shim_types.h. */
 doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
 				      struct doca_buf **a, struct doca_buf **b, const uint32_t *imm,

@@ -32,6 +32,9 @@ def _common(p: argparse.ArgumentParser, *, op: bool = True, size: str = "8") -> 
                    help="softdoca transport of both processes (SOFTDOCA_TRANSPORT; default tcp)")
     p.add_argument("--progress", default="blocking", choices=("blocking", "polling"),
                    help="progress mode of the initiator (default blocking)")
+    if op:
+        p.add_argument("--memory", default="shared", choices=("shared", "private"),
+                       help="the target's registered memory: pydoca.shared_memory (a memfd, default) or a bytearray")
     p.add_argument("--rounds", type=int, default=5, help="rounds; medians are reported (default 5)")
     p.add_argument("--json", metavar="FILE", help="also write the result as one JSON object to FILE ('-': stdout)")
 
@@ -48,6 +51,7 @@ def register(subparsers: Any) -> None:
     _common(bw, size="1MiB")
     bw.add_argument("--outstanding", type=int, default=4)
     bw.add_argument("--iterations", type=int, default=0, help="operations per round (default: ~2 GB worth)")
+    bw.add_argument("--batch", action="store_true", help="submit OUTSTANDING tasks at a time as one TaskBatch")
     rate = sub.add_parser("rate", help="message rate with N outstanding, CPU per task")
     _common(rate)
     rate.add_argument("--outstanding", type=int, default=128)
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     fn = table[kind]
     kw: Dict[str, Any] = {"rounds": args.rounds, "progress": args.progress, "transport": args.transport}
     if kind != "peer":
-        kw.update(op=args.op, size=args.size)
+        kw.update(op=args.op, size=args.size, memory=args.memory)
     if getattr(args, "iterations", None):
         kw["iterations"] = args.iterations
     if hasattr(args, "outstanding"):

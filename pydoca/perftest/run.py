@@ -24,16 +24,21 @@ def _q(values: List[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def _base(kind: str, op: str, size: int, iterations: int, rounds: int, transport: str) -> Dict[str, Any]:
-    return {"bench": kind, "backend": backend_name(), "transport": transport, "op": op, "size": size,
-            "iterations": iterations, "rounds": rounds}
+def _base(kind: str, op: str, size: int, iterations: int, rounds: int, transport: str,
+          session: Optional[Session] = None) -> Dict[str, Any]:
+    """The common JSON fields; ``transport`` is the one the connection used (``transport_requested``: asked)."""
+    out = {"bench": kind, "backend": backend_name(), "transport": session.transport_used if session else transport,
+           "transport_requested": transport, "op": op, "size": size, "iterations": iterations, "rounds": rounds}
+    if session is not None:
+        out["memory"] = session.memory
+    return out
 
 
 def lat(op: str, size: int, *, iterations: int = 2000, rounds: int = 5, progress: str = "blocking",
-        transport: str = "tcp", tick: Tick = None) -> Dict[str, Any]:
+        transport: str = "tcp", memory: str = "shared", tick: Tick = None) -> Dict[str, Any]:
     """Completion time of one operation at a time (a full round trip)."""
     p50s, p99s = [], []
-    with Session(op, size, progress=progress, transport=transport) as s:
+    with Session(op, size, progress=progress, transport=transport, memory=memory) as s:
         s.latency(max(10, iterations // 10))                            # warm-up
         for _ in range(rounds):
             got = s.latency(iterations)
@@ -41,16 +46,16 @@ def lat(op: str, size: int, *, iterations: int = 2000, rounds: int = 5, progress
             p99s.append(_q(got, 0.99) * 1e6)
             if tick:
                 tick()
-    out = _base("lat", op, size, iterations, rounds, transport)
+    out = _base("lat", op, size, iterations, rounds, transport, s)
     out.update(progress=progress, p50_us=statistics.median(p50s), p99_us=statistics.median(p99s),
                p50_us_rounds=p50s, p99_us_rounds=p99s)
     return out
 
 
 def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, rounds: int, progress: str,
-              transport: str, tick: Tick, batch: bool = False) -> Dict[str, Any]:
+              transport: str, tick: Tick, batch: bool = False, memory: str = "shared") -> Dict[str, Any]:
     rates, cpu = [], []
-    with Session(op, size, slots=outstanding, progress=progress, transport=transport) as s:
+    with Session(op, size, slots=outstanding, progress=progress, transport=transport, memory=memory) as s:
         measure = s.batched if batch else s.windowed
         iterations = max(outstanding, iterations // outstanding * outstanding) if batch else iterations
         measure(max(outstanding, iterations // 10))                     # warm-up
@@ -60,7 +65,7 @@ def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, 
             cpu.append(thread_cpu / iterations * 1e6)
             if tick:
                 tick()
-    out = _base(kind, op, size, iterations, rounds, transport)
+    out = _base(kind, op, size, iterations, rounds, transport, s)
     out.update(progress=progress, outstanding=outstanding, batched=batch, ops_per_s=statistics.median(rates),
                MBps=statistics.median(rates) * size / 1e6, python_us_per_task=statistics.median(cpu),
                ops_per_s_rounds=rates, python_us_per_task_rounds=cpu)
@@ -68,17 +73,19 @@ def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, 
 
 
 def bw(op: str, size: int, *, outstanding: int = 4, iterations: int = 0, rounds: int = 5,
-       progress: str = "blocking", transport: str = "tcp", tick: Tick = None) -> Dict[str, Any]:
+       progress: str = "blocking", transport: str = "tcp", memory: str = "shared", batch: bool = False,
+       tick: Tick = None) -> Dict[str, Any]:
     """Throughput with ``outstanding`` operations in flight (MBps = 10^6 bytes/s)."""
     iterations = iterations or max(50, min(5000, (2 << 30) // size))
-    return _windowed("bw", op, size, outstanding, iterations, rounds, progress, transport, tick)
+    return _windowed("bw", op, size, outstanding, iterations, rounds, progress, transport, tick, batch, memory)
 
 
 def rate(op: str, size: int, *, outstanding: int = 128, iterations: int = 20000, rounds: int = 5,
-         progress: str = "blocking", transport: str = "tcp", batch: bool = False, tick: Tick = None) -> Dict[str, Any]:
+         progress: str = "blocking", transport: str = "tcp", batch: bool = False, memory: str = "shared",
+         tick: Tick = None) -> Dict[str, Any]:
     """Message rate with ``outstanding`` operations in flight, and CPU time of the submitting thread per task;
     ``batch``: ``outstanding`` tasks submitted and completed as one TaskBatch at a time."""
-    return _windowed("rate", op, size, outstanding, iterations, rounds, progress, transport, tick, batch)
+    return _windowed("rate", op, size, outstanding, iterations, rounds, progress, transport, tick, batch, memory)
 
 
 PEER_SPEC = """\
@@ -155,7 +162,8 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
 def describe(r: Dict[str, Any]) -> List[str]:
     """Human lines for one result: backend and transport named, medians over rounds with p99 and spread."""
     head = (f"pydoca bench {r['bench']}: {r['op']} {r['size']} B, backend {r['backend']}, "
-            f"transport {r['transport']}, {r.get('progress', 'blocking')} progress, {r['rounds']} rounds x "
+            f"transport {r['transport']}, {r.get('memory', 'shared')} target memory, "
+            f"{r.get('progress', 'blocking')} progress, {r['rounds']} rounds x "
             f"{r['iterations']} operations" + (f", {r['outstanding']} outstanding" if 'outstanding' in r else "")
             + (" (task batches)" if r.get("batched") else ""))
     if r["bench"] == "peer":

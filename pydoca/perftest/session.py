@@ -102,14 +102,16 @@ class Session:
     """One connection to a fresh target, ready to submit ``op`` of ``size`` bytes on ``slots`` buffers."""
 
     def __init__(self, op: str, size: int, *, slots: int = 1, progress: str = "blocking",
-                 transport: str = "tcp") -> None:
+                 transport: str = "tcp", memory: str = "shared") -> None:
         if op not in OPS:
             raise BenchError(f"unknown op {op!r}: one of {', '.join(OPS)}")
         if op in ATOMIC and size != 8:
             raise BenchError(f"{op} works on 8 bytes, not {size}")
         if size < 1 or slots < 1:
             raise BenchError("size and outstanding must be >= 1")
-        self.op, self.size, self.slots, self.transport = op, size, slots, transport
+        if memory not in ("shared", "private"):
+            raise BenchError(f"unknown memory {memory!r}: shared (pydoca.shared_memory) or private (bytearray)")
+        self.op, self.size, self.slots, self.transport, self.memory = op, size, slots, transport, memory
         self.transport_used = transport
         self.stack = ExitStack()
         self.target = Target(transport_env(transport))
@@ -123,7 +125,7 @@ class Session:
     def _open(self, progress: str) -> None:
         s, size, slots = self.stack, self.size, self.slots
         got = self.target.ask({"op": "setup", "size": size, "slots": slots, "kind": self.op,
-                               "progress": progress})
+                               "progress": progress, "memory": self.memory})
         dev = s.enter_context(pydoca.Device.open(ip="127.0.0.1"))
         self.pe = s.enter_context(pydoca.ProgressEngine(mode=progress))
         self.rdma = s.enter_context(pydoca.Rdma(dev, self.pe, max_tasks=slots + 16,

@@ -44,7 +44,8 @@ def serve(setup: Dict[str, Any]) -> None:
         pe = s.enter_context(pydoca.ProgressEngine(mode=setup.get("progress", "blocking")))
         rdma = s.enter_context(pydoca.Rdma(dev, pe, permissions=ALL, max_tasks=slots + 16,
                                            recv_queue_size=max(64, 2 * slots)))
-        mem = bytearray(max(size, 8) * slots)
+        nbytes = max(size, 8) * slots          # shared: a memfd peers of this host may map (same-host memcpy)
+        mem = pydoca.shared_memory(nbytes) if setup.get("memory", "shared") == "shared" else bytearray(nbytes)
         mm = s.enter_context(pydoca.MemoryMap(dev, mem, access=ALL))
         inv = s.enter_context(pydoca.BufferInventory(slots + 8))
         blob, conn = rdma.export()

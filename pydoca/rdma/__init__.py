@@ -16,21 +16,21 @@ import collections
 import ipaddress
 import socket
 import time
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Union
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, TypeVar, Union
 
 from pydoca._log import get_logger
 
-from .._native import ffi, lib
+from .._native import callbacks, ffi, lib
 from .._native.task_types import TASK_TYPES
 from ..buffer import Buffer
-from ..ctx import Context, CtxState
+from ..ctx import Context, CtxState, Task
 from ..device import Device
 from ..errors import AlreadyExistError, DocaError, InUseError, check
 from ..memory import Access
 from ..pe import ProgressEngine
 from .connection import Connection, ConnectionState
 from .gid import Gid, choose_gid_index, gid_table
-from .batch import BatchError, BatchMixin, TaskBatch
+from .batch import KINDS, BatchError, BatchMixin, TaskBatch
 from .tasks import AtomicTask, Opcode, ReadTask, Received, ReceiveTask, SendTask, WriteTask, to_be32
 
 log = get_logger()
@@ -38,6 +38,10 @@ log = get_logger()
 AcceptPolicy = Callable[[Connection], Union[bool, bytes, None]]
 _TASK_TYPES = TASK_TYPES
 _EV_REQUEST, _EV_ESTABLISHED, _EV_FAILURE, _EV_DISCONNECT = range(4)
+# task kinds of the C shim pydoca_rdma_submit_one (shim.c's PYDOCA_B_*, batch.KINDS)
+_K_WRITE, _K_READ, _K_SEND, _K_WRITE_IMM, _K_SEND_IMM = (KINDS[k] for k in ("write", "read", "send", "write_imm",
+                                                                               "send_imm"))
+_T = TypeVar("_T", bound=Task[Any])
 
 
 def _peer(conn: Connection) -> Optional[str]:
@@ -386,22 +390,28 @@ class Rdma(BatchMixin, Context):
         return conn
 
     # -- tasks ---------------------------------------------------------------
+    def _go(self, task: _T, kind: int, conn: Connection, a: Any, b: Any, imm: int, what: str) -> _T:
+        """Allocate and submit ``task`` in one call into C (pydoca_rdma_submit_one)."""
+        out = ffi.new("struct doca_task **")
+        callbacks.tasks[task._id] = task
+        rc = lib.pydoca_rdma_submit_one(self._rdma, kind, conn.handle, a, b, imm, task._id, out)
+        if rc:
+            if out[0] == ffi.NULL:
+                callbacks.tasks.pop(task._id, None)
+                check(rc, f"doca_rdma_task_{what}_allocate_init")
+            task._refused(out[0], rc)
+        task._c_task = out[0]
+        task._submitted()
+        return task
+
     def send(self, conn: Connection, buf: Buffer) -> SendTask:
         """Send ``buf``'s data; the peer must have a receive posted."""
-        task = SendTask(self, keep=(buf,))
-        out = ffi.new("struct doca_rdma_task_send **")
-        check(lib.doca_rdma_task_send_allocate_init(self._rdma, conn.handle, buf.handle, task._user_data(), out),
-              "doca_rdma_task_send_allocate_init")
-        return task._submit(lib.doca_rdma_task_send_as_task(out[0]))  # type: ignore[return-value]
+        return self._go(SendTask(self, keep=(buf,)), _K_SEND, conn, buf.handle, ffi.NULL, 0, "send")
 
     def send_imm(self, conn: Connection, buf: Buffer, immediate: int) -> SendTask:
         """Send with 32-bit immediate data."""
-        task = SendTask(self, keep=(buf,))
-        out = ffi.new("struct doca_rdma_task_send_imm **")
-        check(lib.doca_rdma_task_send_imm_allocate_init(self._rdma, conn.handle, buf.handle, to_be32(immediate),
-                                                        task._user_data(), out),
-              "doca_rdma_task_send_imm_allocate_init")
-        return task._submit(lib.doca_rdma_task_send_imm_as_task(out[0]))  # type: ignore[return-value]
+        return self._go(SendTask(self, keep=(buf,)), _K_SEND_IMM, conn, buf.handle, ffi.NULL, to_be32(immediate),
+                        "send_imm")
 
     def receive(self, buf: Buffer) -> ReceiveTask:
         """Post a receive into ``buf`` (appended after its current data)."""
@@ -413,28 +423,17 @@ class Rdma(BatchMixin, Context):
 
     def read(self, conn: Connection, remote: Buffer, local: Buffer) -> ReadTask:
         """Read ``remote``'s data (peer memory) into ``local``."""
-        task = ReadTask(self, keep=(remote, local))
-        out = ffi.new("struct doca_rdma_task_read **")
-        check(lib.doca_rdma_task_read_allocate_init(self._rdma, conn.handle, remote.handle, local.handle,
-                                                    task._user_data(), out), "doca_rdma_task_read_allocate_init")
-        return task._submit(lib.doca_rdma_task_read_as_task(out[0]))  # type: ignore[return-value]
+        return self._go(ReadTask(self, keep=(remote, local)), _K_READ, conn, remote.handle, local.handle, 0, "read")
 
     def write(self, conn: Connection, local: Buffer, remote: Buffer) -> WriteTask:
         """Write ``local``'s data into ``remote`` (peer memory)."""
-        task = WriteTask(self, keep=(local, remote))
-        out = ffi.new("struct doca_rdma_task_write **")
-        check(lib.doca_rdma_task_write_allocate_init(self._rdma, conn.handle, local.handle, remote.handle,
-                                                     task._user_data(), out), "doca_rdma_task_write_allocate_init")
-        return task._submit(lib.doca_rdma_task_write_as_task(out[0]))  # type: ignore[return-value]
+        return self._go(WriteTask(self, keep=(local, remote)), _K_WRITE, conn, local.handle, remote.handle, 0,
+                        "write")
 
     def write_imm(self, conn: Connection, local: Buffer, remote: Buffer, immediate: int) -> WriteTask:
         """Write, then consume a peer receive carrying ``immediate``."""
-        task = WriteTask(self, keep=(local, remote))
-        out = ffi.new("struct doca_rdma_task_write_imm **")
-        check(lib.doca_rdma_task_write_imm_allocate_init(self._rdma, conn.handle, local.handle, remote.handle,
-                                                         to_be32(immediate), task._user_data(), out),
-              "doca_rdma_task_write_imm_allocate_init")
-        return task._submit(lib.doca_rdma_task_write_imm_as_task(out[0]))  # type: ignore[return-value]
+        return self._go(WriteTask(self, keep=(local, remote)), _K_WRITE_IMM, conn, local.handle, remote.handle,
+                        to_be32(immediate), "write_imm")
 
     def compare_swap(self, conn: Connection, remote: Buffer, result: Buffer, *, compare: int, swap: int) -> AtomicTask:
         """Atomic 64-bit compare-and-swap on ``remote``; value = previous value."""

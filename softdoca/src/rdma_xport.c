@@ -34,6 +34,16 @@
  * or the target sees the count), bounded by SOFTDOCA_TIMEOUT_MS (a peer
  * killed in the middle of a copy: the slot is then retired for good).
  *
+ * Shared mappings: when a published map's memory lies in a shared mapping
+ * of a memfd sealed against shrinking (F_SEAL_SHRINK: what
+ * pydoca.memory.shared_memory allocates), the target keeps an fd of that
+ * file open and names it in the slot (fd + 1, file offset of the base). A
+ * peer maps the file once (through /proc/<pid>/fd, under the same inuse
+ * hold as a copy) and from then on copies with memcpy, no system call per
+ * operation; every check above still runs per operation. The seal makes a
+ * target unable to shrink the file under a peer (no SIGBUS); a file without
+ * it is reached with cross-memory attach as before.
+ *
  * Trust: cross-memory attach needs the rights of a debugger over the target
  * (same uid, ptrace policy), so the checks protect against stale
  * descriptors and bugs, not against a hostile peer of the same uid.
@@ -44,6 +54,7 @@
 #define _GNU_SOURCE
 #include "rdma.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -52,6 +63,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,9 +79,10 @@ struct sd_xt_slot {
 	_Atomic uint32_t state;
 	_Atomic uint32_t inuse;
 	uint64_t id, base, len;
-	uint32_t perms, pad;
+	uint32_t perms;
+	uint32_t fdp1;  /* shared mapping: the target's fd of the file + 1 (0: none) */
 	uint8_t key[SD_KEY_LEN];
-	uint8_t pad2[8];
+	uint64_t foff;  /* shared mapping: file offset of base */
 };
 
 struct sd_xt_hdr {
@@ -86,8 +99,21 @@ _Static_assert(sizeof(struct sd_xt_hdr) == 64, "hdr size");
 
 #define SD_XT_SIZE (sizeof(struct sd_xt_hdr) + SD_XT_SLOTS * sizeof(struct sd_xt_slot))
 
+#define SD_XP_MAPS 16
+
+/* A peer's shared file, mapped here: base..base+len of map id at addr. */
+struct sd_xpmap {
+	uint64_t id, base, len;
+	uint8_t *addr;   /* NULL: unused; MAP_FAILED: this map cannot be mapped (CMA) */
+	size_t maplen;   /* what munmap releases, from addr - skew */
+	size_t skew;     /* page alignment of the file offset */
+	uint64_t used;   /* LRU clock */
+};
+
 struct sd_xpeer {
 	int ready;
+	uint64_t clock;
+	struct sd_xpmap maps[SD_XP_MAPS];
 	pid_t pid;
 	int fd;
 	uint64_t instance;
@@ -219,18 +245,76 @@ static struct sd_xt_slot *slots_of(struct sd_xt_hdr *h)
 	return (struct sd_xt_slot *)(h + 1);
 }
 
+/* ---------------------------------------------------------------- shared mappings (target) */
+static int x_slot_fd[SD_XT_SLOTS]; /* fd + 1 kept open for slot k (x_lock) */
+
+/* If [addr, addr+len) lies in one shared mapping of a memfd sealed against
+ * shrinking, an fd of that file (caller closes) and the offset of addr in it;
+ * else -1. The fd is found among ours by device and inode (Python's mmap
+ * keeps a duplicate of the memfd it maps). */
+static int x_shared_fd(const void *addr, size_t len, uint64_t *foff)
+{
+	uintptr_t a = (uintptr_t)addr;
+	char line[512], path[64];
+	unsigned long lo, hi, off, ino, dmaj, dmin;
+	char perms[8];
+	FILE *f = fopen("/proc/self/maps", "re");
+	DIR *dir;
+	struct dirent *de;
+	int fd = -1, found = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%lx-%lx %7s %lx %lx:%lx %lu", &lo, &hi, perms, &off, &dmaj, &dmin, &ino) != 7)
+			continue;
+		if (a >= lo && a < hi) {
+			found = a + len <= hi && perms[3] == 's' && ino != 0 && strstr(line, "/memfd:") != NULL;
+			break;
+		}
+	}
+	fclose(f);
+	if (!found)
+		return -1;
+	dir = opendir("/proc/self/fd");
+	while (dir && fd < 0 && (de = readdir(dir)) != NULL) {
+		struct stat st;
+		int n = atoi(de->d_name), seals;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || n == dirfd(dir) || fstat(n, &st) != 0)
+			continue;
+		if (st.st_ino != ino || dmaj != major(st.st_dev) || dmin != minor(st.st_dev))
+			continue;
+		seals = fcntl(n, F_GET_SEALS);
+		if (seals < 0 || !(seals & F_SEAL_SHRINK) || (uint64_t)st.st_size < off + (a - lo) + len)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", n);
+		fd = open(path, O_RDWR | O_CLOEXEC);
+	}
+	if (dir)
+		closedir(dir);
+	*foff = off + (a - lo);
+	return fd;
+}
+
 /* ---------------------------------------------------------------- publish / revoke (target) */
 void sd_xport_publish(const struct doca_mmap *m)
 {
 	struct sd_xt_hdr *t = x_table();
 	struct sd_xt_slot *s;
 
+	uint64_t foff = 0;
+	int sfd = -1;
+
 	if (!t || m->remote)
 		return;
+	if (m->permissions & (DOCA_ACCESS_FLAG_RDMA_READ | DOCA_ACCESS_FLAG_RDMA_WRITE))
+		sfd = x_shared_fd(m->addr, m->len, &foff);
 	s = slots_of(t);
 	pthread_mutex_lock(&x_lock);
 	for (uint32_t k = 0; k < SD_XT_SLOTS; k++) {
-		struct sd_xt_slot *e = &s[(m->id + k) % SD_XT_SLOTS];
+		uint32_t i = (uint32_t)((m->id + k) % SD_XT_SLOTS);
+		struct sd_xt_slot *e = &s[i];
 		uint32_t st = atomic_load(&e->state);
 
 		if (st != XS_EMPTY && st != XS_FREE)
@@ -240,14 +324,31 @@ void sd_xport_publish(const struct doca_mmap *m)
 		e->base = (uint64_t)(uintptr_t)m->addr;
 		e->len = m->len;
 		e->perms = m->permissions;
+		e->fdp1 = sfd >= 0 ? (uint32_t)sfd + 1 : 0;
+		e->foff = foff;
+		x_slot_fd[i] = sfd + 1;
 		memcpy(e->key, m->key, SD_KEY_LEN);
 		atomic_store(&e->state, XS_VALID);
 		pthread_mutex_unlock(&x_lock);
 		return;
 	}
 	pthread_mutex_unlock(&x_lock);
+	if (sfd >= 0)
+		close(sfd);
 	SD_DBG("rdma: same-host registration table full: mmap 0x%llx reachable over TCP only",
 	       (unsigned long long)m->id);
+}
+
+/* The shared file's fd of a slot no peer can use any more. */
+static void x_slot_close(struct sd_xt_slot *e)
+{
+	uint32_t i = (uint32_t)(e - slots_of(x_tab));
+
+	pthread_mutex_lock(&x_lock);
+	if (x_slot_fd[i] > 0)
+		close(x_slot_fd[i] - 1);
+	x_slot_fd[i] = 0;
+	pthread_mutex_unlock(&x_lock);
 }
 
 void sd_xport_revoke(const struct doca_mmap *m)
@@ -287,6 +388,7 @@ void sd_xport_revoke(const struct doca_mmap *m)
 				"mid-copy?); retiring its table slot",
 				(unsigned long long)m->id, (unsigned long long)(sd_eng_timeout_ns() / 1000000));
 			atomic_store(&e->state, XS_DEAD);
+			x_slot_close(e);
 			return;
 		}
 		if (spins < 1000) {
@@ -296,6 +398,7 @@ void sd_xport_revoke(const struct doca_mmap *m)
 			nanosleep(&ts, NULL);
 		}
 	}
+	x_slot_close(e);
 	atomic_store(&e->state, XS_FREE);
 }
 
@@ -336,8 +439,17 @@ void sd_xport_on_offer(struct sd_link *l, const struct sd_hdr *h)
 	l->xpeer = x;
 }
 
+static void xpmap_drop(struct sd_xpmap *pm)
+{
+	if (pm->addr && pm->addr != MAP_FAILED)
+		munmap(pm->addr - pm->skew, pm->maplen);
+	memset(pm, 0, sizeof(*pm));
+}
+
 static void peer_unmap(struct sd_xpeer *x)
 {
+	for (int i = 0; i < SD_XP_MAPS; i++)
+		xpmap_drop(&x->maps[i]);
 	if (x->hdr)
 		munmap(x->hdr, SD_XT_SIZE);
 	x->hdr = NULL;
@@ -450,6 +562,69 @@ __attribute__((noinline)) static ssize_t sd_xport_copy(pid_t pid, int write, con
 		     : process_vm_readv(pid, liov, (unsigned long)ln, riov, 1, 0);
 }
 
+/* The peer's shared file of slot e (map id), mapped here; NULL: use CMA.
+ * Called with e held (inuse), so its fd stays open meanwhile. */
+static uint8_t *peer_shared(struct sd_xpeer *x, const struct sd_xt_slot *e, uint64_t id)
+{
+	struct sd_xpmap *pm = NULL, *victim = &x->maps[0];
+	uint32_t fdp1 = e->fdp1;
+	uint64_t foff = e->foff, len = e->len;
+	long page = sysconf(_SC_PAGESIZE);
+	char path[64];
+	int fd, seals;
+	void *p;
+
+	for (int i = 0; i < SD_XP_MAPS; i++) {
+		if (x->maps[i].addr && x->maps[i].id == id) {
+			pm = &x->maps[i];
+			break;
+		}
+		if (x->maps[i].used < victim->used)
+			victim = &x->maps[i];
+	}
+	if (pm) {
+		pm->used = ++x->clock;
+		return pm->addr == MAP_FAILED || pm->base != e->base || pm->len != len ? NULL : pm->addr;
+	}
+	if (fdp1 == 0)
+		return NULL;
+	xpmap_drop(victim);
+	pm = victim;
+	pm->id = id;
+	pm->base = e->base;
+	pm->len = len;
+	pm->used = ++x->clock;
+	pm->addr = MAP_FAILED;
+	snprintf(path, sizeof(path), "/proc/%d/fd/%u", (int)x->pid, fdp1 - 1);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	seals = fcntl(fd, F_GET_SEALS);
+	pm->skew = (size_t)(foff % (uint64_t)page);
+	pm->maplen = (size_t)len + pm->skew;
+	p = seals >= 0 && (seals & F_SEAL_SHRINK)
+		    ? mmap(NULL, pm->maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)(foff - pm->skew))
+		    : MAP_FAILED;
+	close(fd);
+	if (p == MAP_FAILED)
+		return NULL;
+	pm->addr = (uint8_t *)p + pm->skew;
+	SD_DBG("rdma: peer mmap 0x%llx is a shared file: same-host copies with memcpy", (unsigned long long)id);
+	return pm->addr;
+}
+
+/* The copy through a shared mapping (memory of two processes, as above). */
+__attribute__((noinline)) static void sd_xport_memcpy(uint8_t *shared, int write, const struct iovec *liov, int ln)
+{
+	for (int i = 0; i < ln; i++) {
+		if (write)
+			memcpy(shared, liov[i].iov_base, liov[i].iov_len);
+		else
+			memcpy(liov[i].iov_base, shared, liov[i].iov_len);
+		shared += liov[i].iov_len;
+	}
+}
+
 int sd_xport_try(struct sd_rtask *t, struct sd_link *l)
 {
 	struct sd_xpeer *x = l->xpeer;
@@ -492,9 +667,16 @@ int sd_xport_try(struct sd_rtask *t, struct sd_link *l)
 	     raddr + len >= raddr && len <= elen && raddr - base <= elen - len && (e->perms & need) == need;
 	n = -1;
 	if (ok) {
-		ri.iov_base = (void *)(uintptr_t)raddr;
-		ri.iov_len = len;
-		n = sd_xport_copy(x->pid, write, t->iov, t->iovn, &ri);
+		uint8_t *shared = peer_shared(x, e, m->id);
+
+		if (shared) {
+			sd_xport_memcpy(shared + (raddr - base), write, t->iov, t->iovn);
+			n = (ssize_t)len;
+		} else {
+			ri.iov_base = (void *)(uintptr_t)raddr;
+			ri.iov_len = len;
+			n = sd_xport_copy(x->pid, write, t->iov, t->iovn, &ri);
+		}
 	}
 	atomic_fetch_sub(&e->inuse, 1);
 	if (!ok || n != (ssize_t)len)

@@ -1,0 +1,6 @@
+"""`python3 -m pydoca ...`: the pydoca command line."""
+import sys
+
+from pydoca.cli.main import main
+
+sys.exit(main())
