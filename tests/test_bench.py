@@ -64,3 +64,19 @@ def test_bad_options() -> None:
     assert out.returncode != 0 and "8 bytes" in out.stderr
     out = bench("lat", "--size", "12XB")
     assert out.returncode != 0 and "invalid size" in out.stderr
+
+
+def test_bw_connections_and_memory(tmp_path: Path) -> None:
+    """--connections spreads the window over N connections (each operation's time reported);
+    --memory private registers a bytearray on the target; the JSON says what was used."""
+    f = tmp_path / "c.json"
+    out = bench("bw", "--op", "write", "--size", "64KiB", "--outstanding", "4", "--connections", "2",
+                "--iterations", "100", "--rounds", "1", "--memory", "private", "--json", str(f))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(f.read_text())
+    assert r["connections"] == 2 and r["memory"] == "private" and r["outstanding"] == 4
+    assert r["transport"] == r["transport_requested"] == "tcp"
+    assert 0 < r["op_p50_us"] <= r["op_p99_us"] and r["MBps"] > 0
+    assert "over 2 connections" in out.stdout and "each operation under load" in out.stdout
+    bad = bench("bw", "--op", "write", "--size", "8", "--connections", "0")
+    assert bad.returncode != 0 and "connections must be >= 1" in bad.stderr

@@ -52,6 +52,8 @@ def register(subparsers: Any) -> None:
     bw.add_argument("--outstanding", type=int, default=4)
     bw.add_argument("--iterations", type=int, default=0, help="operations per round (default: ~2 GB worth)")
     bw.add_argument("--batch", action="store_true", help="submit OUTSTANDING tasks at a time as one TaskBatch")
+    bw.add_argument("--connections", type=int, default=1,
+                    help="spread the outstanding operations over N connections (default 1)")
     rate = sub.add_parser("rate", help="message rate with N outstanding, CPU per task")
     _common(rate)
     rate.add_argument("--outstanding", type=int, default=128)
@@ -99,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
         kw["outstanding"] = args.outstanding
     if getattr(args, "batch", False):
         kw["batch"] = True
+    if getattr(args, "connections", 1) != 1:
+        kw["connections"] = args.connections
     with _progress(args.rounds) as bar:
         task = bar.add_task(f"bench {kind}", total=args.rounds)
         result = fn(tick=lambda: bar.advance(task), **kw)

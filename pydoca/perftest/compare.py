@@ -104,6 +104,11 @@ def one_round(quick: bool) -> Dict[str, Optional[float]]:
     f["pydoca_rate_write_8B_ops"] = R.rate("write", 8, iterations=10 * n, rounds=1)["ops_per_s"]
     f["pydoca_bw_write_1MiB_MBps"] = R.bw("write", 1 << 20, iterations=n // 3, rounds=1)["MBps"]
     f["pydoca_rate_write_8B_batch_ops"] = R.rate("write", 8, iterations=100 * n, rounds=1, batch=True)["ops_per_s"]
+    one = R.bw("write", 1 << 20, outstanding=8, iterations=n // 3, rounds=1)
+    eight = R.bw("write", 1 << 20, outstanding=8, connections=8, iterations=n // 3, rounds=1)
+    f["pydoca_bw_write_1MiB_1conn_MBps"], f["pydoca_bw_write_1MiB_8conn_MBps"] = one["MBps"], eight["MBps"]
+    f["pydoca_8conn_op_p99_us"], f["pydoca_8conn_op_p50_us"] = eight["op_p99_us"], eight["op_p50_us"]
+    f["three_x_p50_us"] = 3 * eight["op_p50_us"]
     shm = _same_host()
     if shm:                                            # softdoca's same-host transport (a memfd target)
         f["pydoca_shm_lat_write_8B_us"] = R.lat("write", 8, iterations=n, rounds=1, transport="shm")["p50_us"]
@@ -135,6 +140,10 @@ RATIOS: List[Tuple[str, str, str, str, Callable[[float], bool]]] = [
      "python_tcp_pingpong_8B_us", "(info)", lambda r: True),
     ("8 B write rate, task batches of 128 / UCX put_bw", "pydoca_rate_write_8B_batch_ops", "ucx_tcp_put_bw_8B_ops",
      ">= 1.0", lambda r: r >= 1),
+    ("scale: 1 MiB writes, 8 connections / 1 connection", "pydoca_bw_write_1MiB_8conn_MBps",
+     "pydoca_bw_write_1MiB_1conn_MBps", ">= 0.9", lambda r: r >= 0.9),
+    ("scale: 8 connections, p99 / (3 x p50) of each write", "pydoca_8conn_op_p99_us", "three_x_p50_us", "<= 1.0",
+     lambda r: r <= 1),
     ("same host: 8 B write latency / UCX posix,cma RTT", "pydoca_shm_lat_write_8B_us", "ucx_shm_put_lat_rtt_us",
      "<= 15x", lambda r: r <= 15),
     ("same host: 8 B write rate, batches / 1,000,000", "pydoca_shm_rate_write_8B_batch_ops", "one_million_ops",

@@ -53,9 +53,11 @@ def lat(op: str, size: int, *, iterations: int = 2000, rounds: int = 5, progress
 
 
 def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, rounds: int, progress: str,
-              transport: str, tick: Tick, batch: bool = False, memory: str = "shared") -> Dict[str, Any]:
-    rates, cpu = [], []
-    with Session(op, size, slots=outstanding, progress=progress, transport=transport, memory=memory) as s:
+              transport: str, tick: Tick, batch: bool = False, memory: str = "shared",
+              connections: int = 1) -> Dict[str, Any]:
+    rates, cpu, p50s, p99s = [], [], [], []
+    with Session(op, size, slots=outstanding, progress=progress, transport=transport, memory=memory,
+                 connections=connections) as s:
         measure = s.batched if batch else s.windowed
         iterations = max(outstanding, iterations // outstanding * outstanding) if batch else iterations
         measure(max(outstanding, iterations // 10))                     # warm-up
@@ -63,21 +65,32 @@ def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, 
             elapsed, thread_cpu = measure(iterations)
             rates.append(iterations / elapsed)
             cpu.append(thread_cpu / iterations * 1e6)
+            if s.latencies:                                             # windowed: each operation's time
+                p50s.append(_q(s.latencies, 0.5) * 1e6)
+                p99s.append(_q(s.latencies, 0.99) * 1e6)
             if tick:
                 tick()
     out = _base(kind, op, size, iterations, rounds, transport, s)
     out.update(progress=progress, outstanding=outstanding, batched=batch, ops_per_s=statistics.median(rates),
                MBps=statistics.median(rates) * size / 1e6, python_us_per_task=statistics.median(cpu),
-               ops_per_s_rounds=rates, python_us_per_task_rounds=cpu)
+               ops_per_s_rounds=rates, python_us_per_task_rounds=cpu, connections=connections)
+    if p50s:        # submit to completion of each operation under this load (not a lone round trip: see lat)
+        out.update(op_p50_us=statistics.median(p50s), op_p99_us=statistics.median(p99s), op_p50_us_rounds=p50s,
+                   op_p99_us_rounds=p99s)
     return out
 
 
 def bw(op: str, size: int, *, outstanding: int = 4, iterations: int = 0, rounds: int = 5,
        progress: str = "blocking", transport: str = "tcp", memory: str = "shared", batch: bool = False,
-       tick: Tick = None) -> Dict[str, Any]:
-    """Throughput with ``outstanding`` operations in flight (MBps = 10^6 bytes/s)."""
+       connections: int = 1, tick: Tick = None) -> Dict[str, Any]:
+    """Throughput with ``outstanding`` operations in flight (MBps = 10^6 bytes/s), spread round-robin over
+    ``connections`` connections (outstanding is rounded up to a multiple of them)."""
     iterations = iterations or max(50, min(5000, (2 << 30) // size))
-    return _windowed("bw", op, size, outstanding, iterations, rounds, progress, transport, tick, batch, memory)
+    if connections < 1:
+        raise BenchError(f"connections must be >= 1, got {connections}")
+    outstanding = -(-outstanding // connections) * connections
+    return _windowed("bw", op, size, outstanding, iterations, rounds, progress, transport, tick, batch, memory,
+                     connections)
 
 
 def rate(op: str, size: int, *, outstanding: int = 128, iterations: int = 20000, rounds: int = 5,
@@ -165,6 +178,7 @@ def describe(r: Dict[str, Any]) -> List[str]:
             f"transport {r['transport']}, {r.get('memory', 'shared')} target memory, "
             f"{r.get('progress', 'blocking')} progress, {r['rounds']} rounds x "
             f"{r['iterations']} operations" + (f", {r['outstanding']} outstanding" if 'outstanding' in r else "")
+            + (f" over {r['connections']} connections" if r.get("connections", 1) > 1 else "")
             + (" (task batches)" if r.get("batched") else ""))
     if r["bench"] == "peer":
         head = (f"pydoca bench peer: backend {r['backend']}, transport {r['transport']}, {r['rounds']} rounds "
@@ -176,8 +190,11 @@ def describe(r: Dict[str, Any]) -> List[str]:
     if r["bench"] == "lat":
         return [head, f"  latency p50 {spread('p50_us', 'us')}, p99 {spread('p99_us', 'us')}"]
     if r["bench"] in ("bw", "rate"):
-        return [head, f"  {r['MBps']:.1f} MB/s, {spread('ops_per_s', 'ops/s', '{:,.0f}')}, "
-                      f"submitting thread {spread('python_us_per_task', 'us CPU/task', '{:.2f}')}"]
+        out = [head, f"  {r['MBps']:.1f} MB/s, {spread('ops_per_s', 'ops/s', '{:,.0f}')}, "
+                     f"submitting thread {spread('python_us_per_task', 'us CPU/task', '{:.2f}')}"]
+        if "op_p50_us" in r:
+            out.append(f"  each operation under load: p50 {spread('op_p50_us', 'us')}, p99 {spread('op_p99_us', 'us')}")
+        return out
     lines = [head]
     for key, unit in (("call_64B_p50_us", "us"), ("write_8B_p50_us", "us"), ("raw_write_8B_p50_us", "us"),
                       ("write_4MiB_MBps", "MB/s"), ("raw_write_4MiB_MBps", "MB/s")):

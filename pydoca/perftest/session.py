@@ -102,7 +102,7 @@ class Session:
     """One connection to a fresh target, ready to submit ``op`` of ``size`` bytes on ``slots`` buffers."""
 
     def __init__(self, op: str, size: int, *, slots: int = 1, progress: str = "blocking",
-                 transport: str = "tcp", memory: str = "shared") -> None:
+                 transport: str = "tcp", memory: str = "shared", connections: int = 1) -> None:
         if op not in OPS:
             raise BenchError(f"unknown op {op!r}: one of {', '.join(OPS)}")
         if op in ATOMIC and size != 8:
@@ -111,7 +111,11 @@ class Session:
             raise BenchError("size and outstanding must be >= 1")
         if memory not in ("shared", "private"):
             raise BenchError(f"unknown memory {memory!r}: shared (pydoca.shared_memory) or private (bytearray)")
+        if not 1 <= connections <= slots:
+            raise BenchError(f"connections must be between 1 and outstanding ({slots}), got {connections}")
         self.op, self.size, self.slots, self.transport, self.memory = op, size, slots, transport, memory
+        self.connections = connections
+        self.latencies: List[float] = []     # windowed(): seconds from submit to completion of each operation
         self.transport_used = transport
         self.stack = ExitStack()
         self.target = Target(transport_env(transport))
@@ -125,17 +129,22 @@ class Session:
     def _open(self, progress: str) -> None:
         s, size, slots = self.stack, self.size, self.slots
         got = self.target.ask({"op": "setup", "size": size, "slots": slots, "kind": self.op,
-                               "progress": progress, "memory": self.memory})
+                               "progress": progress, "memory": self.memory, "connections": self.connections})
         dev = s.enter_context(pydoca.Device.open(ip="127.0.0.1"))
         self.pe = s.enter_context(pydoca.ProgressEngine(mode=progress))
         self.rdma = s.enter_context(pydoca.Rdma(dev, self.pe, max_tasks=slots + 16,
+                                                max_connections=max(16, self.connections),
                                                 send_queue_size=max(64, 2 * slots)))
-        blob, self.conn = self.rdma.export()
-        self.rdma.connect(base64.b64decode(got["conn"]), self.conn)
-        ok = self.target.ask({"op": "connect", "conn": base64.b64encode(blob).decode()})
+        exported = [self.rdma.export() for _ in range(self.connections)]
+        self.conns = [conn for _, conn in exported]
+        self.conn = self.conns[0]
+        for (_, conn), theirs in zip(exported, got["conns"]):
+            self.rdma.connect(base64.b64decode(theirs), conn)
+        ok = self.target.ask({"op": "connect", "conns": [base64.b64encode(blob).decode() for blob, _ in exported]})
         if not ok.get("ok"):
             raise BenchError(f"the target could not connect: {ok}")
-        self.conn.wait_established(10)
+        for conn in self.conns:
+            conn.wait_established(10)
         used = _soft_transport_of(self.conn)
         self.transport_used = used or self.transport
         if self.transport == "shm" and used is not None and used != "shm":
@@ -152,15 +161,16 @@ class Session:
         self.submit = self._submitter()
 
     def _submitter(self) -> Callable[[int], Any]:
-        r, c, loc, rem, op = self.rdma, self.conn, self.local, self.remote, self.op
+        r, loc, rem, op = self.rdma, self.local, self.remote, self.op
+        cs = [self.conns[i % len(self.conns)] for i in range(self.slots)]     # slot i: connection i mod N
         table: Dict[str, Callable[[int], Any]] = {
-            "write": lambda i: r.write(c, loc[i], rem[i]),
-            "write_imm": lambda i: r.write_imm(c, loc[i], rem[i], i),
-            "read": lambda i: r.read(c, rem[i], loc[i]),
-            "send": lambda i: r.send(c, loc[i]),
-            "send_imm": lambda i: r.send_imm(c, loc[i], i),
-            "fetch_add": lambda i: r.fetch_add(c, rem[i], loc[i], add=1),
-            "compare_swap": lambda i: r.compare_swap(c, rem[i], loc[i], compare=0, swap=0),
+            "write": lambda i: r.write(cs[i], loc[i], rem[i]),
+            "write_imm": lambda i: r.write_imm(cs[i], loc[i], rem[i], i),
+            "read": lambda i: r.read(cs[i], rem[i], loc[i]),
+            "send": lambda i: r.send(cs[i], loc[i]),
+            "send_imm": lambda i: r.send_imm(cs[i], loc[i], i),
+            "fetch_add": lambda i: r.fetch_add(cs[i], rem[i], loc[i], add=1),
+            "compare_swap": lambda i: r.compare_swap(cs[i], rem[i], loc[i], compare=0, swap=0),
         }
         fn = table[op]
         if op in ("read",) + ATOMIC:                 # a destination buffer is emptied before reuse
@@ -184,27 +194,33 @@ class Session:
 
     def windowed(self, iterations: int) -> Tuple[float, float]:
         """(elapsed seconds, submitting thread's CPU seconds) for ``iterations`` with ``slots`` in flight."""
-        inflight: Deque[Tuple[int, Any]] = collections.deque()
+        inflight: Deque[Tuple[int, float, Any]] = collections.deque()
         free = list(range(self.slots))
-        submit, done, submitted = self.submit, 0, 0
+        submit, done, submitted, clock = self.submit, 0, 0, time.monotonic
+        lat: List[float] = []
         t0, c0 = time.perf_counter(), time.thread_time()
         while done < iterations:
             while free and submitted < iterations:
                 i = free.pop()
-                inflight.append((i, submit(i)))
+                inflight.append((i, clock(), submit(i)))
                 submitted += 1
-            i, task = inflight.popleft()
+            i, start, task = inflight.popleft()
             if not task.done:
                 task.wait(10)
             if task.error is not None:
                 raise BenchError(f"{self.op} failed: {task.error}")
+            lat.append(task.completed_at - start)
             free.append(i)
             done += 1
-        return time.perf_counter() - t0, time.thread_time() - c0
+        elapsed, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        self.latencies = lat
+        return elapsed, cpu
 
     def batched(self, iterations: int) -> Tuple[float, float]:
         """Like :meth:`windowed`, but ``slots`` tasks at a time as one reusable TaskBatch."""
         from pydoca.rdma.batch import TaskBatch
+        if self.connections > 1:
+            raise BenchError("--batch runs on one connection (a TaskBatch belongs to one)")
         if self.op not in ("write", "read", "send", "write_imm", "send_imm"):
             raise BenchError(f"--batch supports write, read, send, write_imm, send_imm, not {self.op}")
         a, b = (self.remote, self.local) if self.op == "read" else (self.local, self.remote)
@@ -221,8 +237,7 @@ class Session:
 
     def close(self) -> None:
         try:
-            conn: Optional[Any] = getattr(self, "conn", None)
-            if conn is not None:
+            for conn in getattr(self, "conns", []):
                 conn.disconnect()
         finally:
             self.stack.close()

@@ -43,16 +43,21 @@ def serve(setup: Dict[str, Any]) -> None:
         dev = s.enter_context(pydoca.Device.open(ip="127.0.0.1"))
         pe = s.enter_context(pydoca.ProgressEngine(mode=setup.get("progress", "blocking")))
         rdma = s.enter_context(pydoca.Rdma(dev, pe, permissions=ALL, max_tasks=slots + 16,
+                                           max_connections=max(16, int(setup.get("connections", 1))),
                                            recv_queue_size=max(64, 2 * slots)))
         nbytes = max(size, 8) * slots          # shared: a memfd peers of this host may map (same-host memcpy)
         mem = pydoca.shared_memory(nbytes) if setup.get("memory", "shared") == "shared" else bytearray(nbytes)
         mm = s.enter_context(pydoca.MemoryMap(dev, mem, access=ALL))
         inv = s.enter_context(pydoca.BufferInventory(slots + 8))
-        blob, conn = rdma.export()
-        _reply({"conn": base64.b64encode(blob).decode(), "mmap": base64.b64encode(mm.export_rdma()).decode()})
+        exported = [rdma.export() for _ in range(int(setup.get("connections", 1)))]
+        _reply({"conns": [base64.b64encode(blob).decode() for blob, _ in exported],
+                "mmap": base64.b64encode(mm.export_rdma()).decode()})
         cmd = _command()
-        rdma.connect(base64.b64decode(cmd["conn"]), conn)
-        conn.wait_established(10)
+        for (_, c), theirs in zip(exported, cmd["conns"]):
+            rdma.connect(base64.b64decode(theirs), c)
+        for _, c in exported:
+            c.wait_established(10)
+        conn = exported[0][1]
         recvs: List[Any] = []
         if op in TWO_SIDED:
             bufs = [s.enter_context(inv.buffer(mm, offset=i * size, length=size, empty=True)) for i in range(slots)]
@@ -73,7 +78,8 @@ def serve(setup: Dict[str, Any]) -> None:
                     break
             pe.wait(0.05)
             del recvs[:-slots]
-        conn.disconnect()
+        for _, c in exported:
+            c.disconnect()
 
 
 def main() -> int:
