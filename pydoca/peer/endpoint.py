@@ -94,6 +94,7 @@ class Request:
     data: Any                       # write: view of the data; read: view to fill; call: payload bytes
     in_slot: bool                   # read: data is the requester's slot (answer in buffer)
     job: Optional["Job"] = None
+    posted: bool = False            # a posted write: answered only if it fails; success returns a credit
 
 
 __all__ = ["Endpoint", "Handler", "Request", "RequesterInfo"]

@@ -1,8 +1,9 @@
 """The requester's view of endpoints and of one operation in flight."""
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Deque, List, Optional, OrderedDict
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,47 @@ class Op:
         self.inflight = 0
         self.stage_slot: Optional[int] = None
         self.own: List[Any] = []
+        self.posted = False                   # write answered on delivery; its handler's outcome comes later
 
     @property
     def finished(self) -> bool:
         return self.answered and self.inflight == 0
 
 
-__all__ = ["EndpointInfo", "Op", "Remote"]
+class Posted:
+    """Posted writes in flight: at most ``limit`` delivered but not yet retired by the responder
+    (its CREDIT frames, or a STATUS for a failed one); failures wait here for the caller."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.inflight = 0
+        self.paths: OrderedDict[int, str] = collections.OrderedDict()   # seq -> endpoint path
+        self.failures: Deque[BaseException] = collections.deque()
+
+    @property
+    def full(self) -> bool:
+        return self.inflight >= self.limit
+
+    def sent(self, seq: int, path: str) -> None:
+        self.inflight += 1
+        self.paths[seq] = path
+        while len(self.paths) > 4 * self.limit:             # bounded: an answer can only be that recent
+            self.paths.popitem(last=False)
+
+    def credit(self, count: int) -> None:
+        self.inflight = max(0, self.inflight - count)
+
+    def failed(self, seq: int, error: BaseException) -> bool:
+        """A STATUS for ``seq``: True when it was a posted write's (its credit comes back with it)."""
+        path = self.paths.pop(seq, None)
+        if path is None:
+            return False
+        self.inflight = max(0, self.inflight - 1)
+        self.failures.append(error)
+        return True
+
+    def take_failure(self) -> Optional[BaseException]:
+        return self.failures.popleft() if self.failures else None
+
+
+__all__ = ["EndpointInfo", "Op", "Posted", "Remote"]

@@ -8,6 +8,10 @@ Every control message is one RDMA send of at most :data:`SLOT_SIZE` bytes::
 strict: wrong magic, version, type, flags, length or body size raises
 :class:`FrameError`.
 
+A WRITE with :data:`FLAG_POSTED` (inline only) is answered only when it
+fails (STATUS with its seq); the responder returns credits for posted writes
+whose handlers ran in CREDIT frames (``count u32``, seq 0).
+
 Data messages (WRITE, READ, CALL, READY, RESULT) share one body layout,
 ``ep u16 | pad u16 | offset u64 | length u64 | inline payload``. With
 :data:`FLAG_IN_BUFFER` the payload is not inline: it lies in the requester's
@@ -36,7 +40,8 @@ MAC = 32                                       # bytes of an HMAC-SHA256
 FLAG_MORE = 0x1        # HELLO: more fragments follow
 FLAG_WAIT = 0x2        # WRITE/READ/CALL: queue if the endpoint is busy (else BUSY)
 FLAG_IN_BUFFER = 0x4   # WRITE/CALL/READY/RESULT: the data lies in the requester's slot, not inline
-_KNOWN_FLAGS = FLAG_MORE | FLAG_WAIT | FLAG_IN_BUFFER
+FLAG_POSTED = 0x8      # WRITE (inline): answer only a failure; success returns a credit (CREDIT)
+_KNOWN_FLAGS = FLAG_MORE | FLAG_WAIT | FLAG_IN_BUFFER | FLAG_POSTED
 
 
 class FrameError(ValueError):
@@ -54,6 +59,7 @@ class MsgType(enum.IntEnum):
     CALL = 8       # requester: call with a payload (inline or in its slot)
     READY = 9      # responder: read data (inline or in the requester's slot)
     RESULT = 10    # responder: call result (inline or in the requester's slot)
+    CREDIT = 11    # responder: this many posted writes are done (their handlers ran)
 
 
 class Status(enum.IntEnum):
@@ -96,6 +102,11 @@ class StatusMsg:
 
 
 @dataclass(frozen=True)
+class Credit:
+    count: int
+
+
+@dataclass(frozen=True)
 class Data:
     """WRITE, READ, CALL, READY and RESULT: endpoint, range and inline payload."""
 
@@ -125,12 +136,13 @@ class Result(Data):
     pass
 
 
-Message = Union[Ident, Hello, Challenge, Auth, StatusMsg, Data]
+Message = Union[Ident, Hello, Challenge, Auth, StatusMsg, Credit, Data]
 
 DATA = struct.Struct("<HxxQQ")
 INLINE_MAX = MAX_BODY - DATA.size              # largest inline payload of a data frame
 _IDENT = struct.Struct("<HH")
 _STATUS = struct.Struct("<H")
+_CREDIT = struct.Struct("<I")
 
 
 @dataclass(frozen=True)
@@ -193,12 +205,13 @@ _DECODERS: Dict[MsgType, Callable[[bytes], Message]] = {
     MsgType.CALL: _data(Call),
     MsgType.READY: _data(Ready),
     MsgType.RESULT: _data(Result),
+    MsgType.CREDIT: _fixed(_CREDIT.size, "CREDIT", lambda b: Credit(_CREDIT.unpack(b)[0])),
 }
 
 _TYPES: Dict[Type[Any], MsgType] = {
     Ident: MsgType.IDENT, Hello: MsgType.HELLO, Challenge: MsgType.CHALLENGE, Auth: MsgType.AUTH,
     StatusMsg: MsgType.STATUS, Write: MsgType.WRITE, Read: MsgType.READ, Call: MsgType.CALL,
-    Ready: MsgType.READY, Result: MsgType.RESULT,
+    Ready: MsgType.READY, Result: MsgType.RESULT, Credit: MsgType.CREDIT,
 }
 
 
@@ -216,6 +229,8 @@ def _body(msg: Message) -> bytes:
         return msg.mac
     if isinstance(msg, StatusMsg):
         return _STATUS.pack(int(msg.code)) + msg.message.encode("utf-8")[:MAX_BODY - _STATUS.size]
+    if isinstance(msg, Credit):
+        return _CREDIT.pack(msg.count)
     return DATA.pack(msg.ep, msg.offset, msg.length) + msg.payload
 
 
@@ -254,6 +269,8 @@ def decode(data: bytes) -> Frame:
 
 def _check_data(kind: MsgType, flags: int, msg: Data) -> None:
     in_buffer = bool(flags & FLAG_IN_BUFFER)
+    if flags & FLAG_POSTED and (kind is not MsgType.WRITE or in_buffer):
+        raise FrameError(f"FLAG_POSTED is for inline WRITEs, not {kind.name}{' in buffer' if in_buffer else ''}")
     if kind is MsgType.READ:
         if msg.payload or in_buffer:
             raise FrameError("READ carries no payload")
@@ -297,7 +314,8 @@ def parse_hello(blob: bytes) -> Dict[str, Any]:
     return doc
 
 
-__all__ = ["Auth", "Call", "Challenge", "DATA", "Data", "FLAG_IN_BUFFER", "FLAG_MORE", "FLAG_WAIT", "Frame",
+__all__ = ["Auth", "Call", "Challenge", "Credit", "DATA", "Data", "FLAG_IN_BUFFER", "FLAG_MORE", "FLAG_POSTED",
+           "FLAG_WAIT", "Frame",
            "FrameError", "HEADER", "Hello", "INLINE_MAX", "Ident", "MAC", "MAGIC", "MAX_BODY", "Message", "MsgType",
            "NONCE", "Read", "Ready", "Result", "SLOT_SIZE", "Status", "StatusMsg", "VERSION", "Write", "decode",
            "encode", "hello_frames", "parse_hello"]

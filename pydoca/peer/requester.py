@@ -39,7 +39,7 @@ from .channel import Channel
 from .errors import (Disconnected, NotFound, PeerError, PeerTimeout, ProtocolError, Rejected, StaleDescriptor,
                      TooLarge, Unavailable, error_for)
 from .files import check_not_stale, read_responder_file
-from .ops import EndpointInfo, Op, Remote
+from .ops import EndpointInfo, Op, Posted, Remote
 from .spec import split_address
 
 log = get_logger()
@@ -92,6 +92,7 @@ class Requester:
         self._queue: Deque[Op] = collections.deque()
         self._active: Dict[int, Op] = {}
         self._credit: Dict[int, Op] = {}          # endpoint id -> the op holding its slot
+        self._posted = Posted(window)              # posted writes delivered, not yet retired
         self._seq = 0
         self._nonce = secrets.token_bytes(P.NONCE)
         self._hello_parts: List[bytes] = []
@@ -230,9 +231,29 @@ class Requester:
         return str(self.hello.get("service", ""))
 
     def write(self, path: str, data: Any, offset: int = 0, *, wait: bool = True,
-              timeout: Optional[float] = None) -> None:
-        """Write ``data`` into ``path`` at ``offset``; returns after the handler ran."""
-        self._wait(self._start_write(path, data, offset, wait), timeout)
+              timeout: Optional[float] = None, posted: bool = False) -> None:
+        """Write ``data`` into ``path`` at ``offset``; returns after the handler ran. ``posted``: returns
+        once the data is delivered to the responder, as an RDMA write does (writes up to the inline
+        size; larger ones are confirmed as usual); the handler runs later, in order, and a failure
+        is raised by a later operation or :meth:`flush`. At most ``window`` posted writes await
+        their handlers (the responder returns credits)."""
+        self._wait(self._start_write(path, data, offset, wait, posted), timeout)
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Wait until every posted write's handler ran; raise the first failure among them."""
+        limit = self.timeout if timeout is None else timeout
+        self._check_usable()
+        try:
+            self.pe.run_until(lambda: self._posted.inflight == 0 or self._fatal is not None, limit,
+                              what="posted writes")
+        except TimeoutError:
+            raise PeerTimeout(f"posted writes not retired after {limit:g}s ({self._posted.inflight} left)") from None
+        self._raise_posted()
+
+    def _raise_posted(self) -> None:
+        error = self._posted.take_failure()
+        if error is not None:
+            raise error
 
     @overload
     def read(self, path: str, length: Optional[int] = None, into: None = None, *, offset: int = 0,
@@ -253,9 +274,9 @@ class Requester:
         return self._wait(self._start_call(path, payload, wait), timeout)  # type: ignore[no-any-return]
 
     async def awrite(self, path: str, data: Any, offset: int = 0, *, wait: bool = True,
-                     timeout: Optional[float] = None) -> None:
+                     timeout: Optional[float] = None, posted: bool = False) -> None:
         """Async :meth:`write`; any number may be outstanding (queued beyond ``window``)."""
-        await self._await(self._start_write(path, data, offset, wait), timeout)
+        await self._await(self._start_write(path, data, offset, wait, posted), timeout)
 
     async def aread(self, path: str, length: Optional[int] = None, into: Any = None, *, offset: int = 0,
                     wait: bool = True, timeout: Optional[float] = None) -> Any:
@@ -371,6 +392,7 @@ class Requester:
             raise Disconnected("requester is closed")
         if self._fatal is not None:
             raise self._fatal
+        self._raise_posted()                  # an earlier posted write failed: say so before the next op
 
     # -- operation starts ---------------------------------------------------------
     def _remote(self, path: str, kind: str) -> Remote:
@@ -401,7 +423,7 @@ class Requester:
             if len(self._active) >= self.window:
                 return
             eid = op.ep.info.id
-            if eid in blocked or (op.needs_slot and eid in self._credit):
+            if eid in blocked or (op.needs_slot and eid in self._credit) or (op.posted and self._posted.full):
                 blocked.add(eid)                      # later ops of this endpoint keep their order
                 continue
             self._queue.remove(op)
@@ -414,7 +436,7 @@ class Requester:
                 self._answer(op, error=exc if isinstance(exc, PeerError) else PeerError(f"{type(exc).__name__}: "
                                                                                        f"{exc}"))
 
-    def _start_write(self, path: str, data: Any, offset: int, wait: bool) -> Op:
+    def _start_write(self, path: str, data: Any, offset: int, wait: bool, posted: bool = False) -> Op:
         ep = self._remote(path, "write")
         view = memoryview(data).cast("B")
         n = view.nbytes
@@ -424,7 +446,9 @@ class Requester:
             raise ValueError(f"offset must be >= 0, got {offset}")
         if offset + n > ep.info.size:
             raise TooLarge(f"{n} bytes at offset {offset} do not fit {path} ({ep.info.size} bytes)")
-        return self._enqueue(Op("write", ep, offset, n, wait, needs_slot=n > P.INLINE_MAX, source=view))
+        op = Op("write", ep, offset, n, wait, needs_slot=n > P.INLINE_MAX, source=view)
+        op.posted = posted and n <= P.INLINE_MAX
+        return self._enqueue(op)
 
     def _start_read(self, path: str, length: Optional[int], into: Any, offset: int, wait: bool) -> Op:
         ep = self._remote(path, "read")
@@ -464,6 +488,9 @@ class Requester:
             return
         assert op.source is not None
         make = P.Write if op.kind == "write" else P.Call
+        if op.posted:
+            self._send_posted(op, P.Write(ep.id, op.offset, op.length, op.source.tobytes()), flags)
+            return
         if op.length <= P.INLINE_MAX:
             self._send(op, make(ep.id, op.offset, op.length, op.source.tobytes()), flags)
             return
@@ -506,6 +533,17 @@ class Requester:
             if not ok:
                 self._answer(op, error=Disconnected(f"control message for {op.kind} could not be sent"))
         self.channel.send(self._conn(), P.encode(msg, op.seq, flags), sent)
+
+    def _send_posted(self, op: Op, msg: P.Write, flags: int) -> None:
+        """A posted write: done once the frame is delivered; the responder answers only a failure."""
+        def sent(ok: bool) -> None:
+            if ok:
+                self._answer(op)
+            else:
+                self._posted.credit(1)
+                self._answer(op, error=Disconnected("posted write could not be delivered"))
+        self._posted.sent(op.seq, op.ep.info.path)
+        self.channel.send(self._conn(), P.encode(msg, op.seq, flags | P.FLAG_POSTED), sent)
 
     def _track(self, op: Op, task: "Task[Any]", then: Any = None) -> None:
         op.inflight += 1
@@ -587,9 +625,18 @@ class Requester:
         if isinstance(msg, P.Challenge):
             self._on_challenge(msg)
             return
+        if isinstance(msg, P.Credit):
+            self._posted.credit(msg.count)
+            self._pump()
+            return
         op = self._active.get(frame.seq)
-        if op is None:
-            if frame.seq == 0 and isinstance(msg, P.StatusMsg):
+        if op is None or (op.posted and isinstance(msg, P.StatusMsg)):
+            if isinstance(msg, P.StatusMsg) and frame.seq and self._posted.failed(
+                    frame.seq, error_for(msg.code, f"posted write (seq {frame.seq}) failed: {msg.message}")):
+                if op is not None:            # the failure overtook the delivery: the write itself fails
+                    self._answer(op, error=self._posted.failures.pop())
+                self._pump()
+            elif frame.seq == 0 and isinstance(msg, P.StatusMsg):
                 self._break(error_for(msg.code, msg.message))
             return
         try:

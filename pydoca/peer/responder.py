@@ -44,6 +44,7 @@ from .workers import HandlerPool, Job
 log = get_logger()
 
 REGION_ACCESS = Access.LOCAL_READ_WRITE | Access.RDMA_READ | Access.RDMA_WRITE
+CREDIT_BATCH = 4           # posted writes credited per CREDIT frame (or fewer when none is left open)
 
 
 class _Peer:
@@ -61,6 +62,8 @@ class _Peer:
         self.region: Optional[np.ndarray] = None
         self.rmap: Optional[MemoryMap] = None
         self.slots: Dict[int, int] = {}
+        self.posted_open = 0               # posted writes admitted, handler not finished
+        self.credit_due = 0                # posted writes finished, not yet credited
 
     def slot_view(self, ep: Endpoint, offset: int, length: int) -> memoryview:
         assert self.region is not None
@@ -530,14 +533,16 @@ class Responder:
             data, in_slot = peer.slot_view(ep, msg.offset, msg.length), True
         else:
             data = memoryview(bytearray(msg.length))
-        req = Request(peer, seq, ep, msg.offset, msg.length, data, in_slot)
+        req = Request(peer, seq, ep, msg.offset, msg.length, data, in_slot, posted=bool(flags & P.FLAG_POSTED))
         if ep.running < ep.concurrency and not ep.waiting:
+            peer.posted_open += req.posted
             self._begin(req)
         elif not flags & P.FLAG_WAIT or len(ep.waiting) >= (ep.queue if ep.queue is not None else
                                                              self.max_connections * self.window):
             self._status(peer, seq, P.Status.BUSY, f"{ep.path} is busy" + (" (queue full)" if flags & P.FLAG_WAIT
                                                                            else ""))
         else:
+            peer.posted_open += req.posted
             ep.waiting.append(req)
 
     def _begin(self, req: Request) -> None:
@@ -631,7 +636,18 @@ class Responder:
     def _finish(self, req: Request, code: P.Status, message: str = "") -> None:
         if code is not P.Status.OK:
             req.ep.errors += 1
-        self._status(req.peer, req.seq, code, message)
+        if not req.posted:
+            self._status(req.peer, req.seq, code, message)
+        else:                                      # a posted write: a failure is answered, a success credited
+            peer = req.peer
+            peer.posted_open -= 1
+            if code is P.Status.OK:
+                peer.credit_due += 1
+            else:
+                self._status(peer, req.seq, code, message)
+            if peer.credit_due and (peer.credit_due >= CREDIT_BATCH or peer.posted_open == 0):
+                self._send(peer, P.Credit(peer.credit_due), 0)
+                peer.credit_due = 0
         self._release(req)
 
     def _release(self, req: Request) -> None:
