@@ -54,7 +54,8 @@ def test_bw_rate_peer(tmp_path: Path) -> None:
     out = bench("peer", "--iterations", "30", "--rounds", "1", "--json", str(f))
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(f.read_text())
-    for key in ("call_64B_p50_us", "write_8B_p50_us", "write_8B_posted_p50_us", "write_4MiB_MBps",
+    for key in ("call_64B_p50_us", "call_64B_inline_p50_us", "write_8B_p50_us", "write_8B_posted_p50_us",
+                "write_4MiB_MBps",
                 "raw_write_8B_p50_us", "raw_write_4MiB_MBps"):
         assert r[key] > 0
 
