@@ -15,4 +15,5 @@ doca_error_t doca_buf_is_first_in_list(const struct doca_buf *buf, uint8_t *is_f
 doca_error_t doca_buf_is_in_list(const struct doca_buf *buf, uint8_t *is_in_list);
 doca_error_t doca_buf_get_list_len(const struct doca_buf *buf, uint32_t *num_elements);
 doca_error_t doca_buf_chain_list(struct doca_buf *list1, struct doca_buf *list2);
+doca_error_t doca_buf_chain_list_tail(struct doca_buf *list1_head, struct doca_buf *list1_tail, struct doca_buf *list2);
 doca_error_t doca_buf_unchain_list(struct doca_buf *list1, struct doca_buf *list2);

@@ -319,3 +319,123 @@ void doca_rdma_task_atomic_fetch_add_set_rdma_connection(struct doca_rdma_task_a
 							 struct doca_rdma_connection *rdma_connection);
 const struct doca_rdma_connection *doca_rdma_task_atomic_fetch_add_get_rdma_connection(
 	const struct doca_rdma_task_atomic_fetch_add *task);
+
+struct doca_sync_event_remote_net;
+struct doca_rdma_task_remote_net_sync_event_get;
+
+typedef void (*doca_rdma_task_remote_net_sync_event_get_completion_cb_t)(
+	struct doca_rdma_task_remote_net_sync_event_get *task,
+	union doca_data task_user_data,
+	union doca_data ctx_user_data);
+
+doca_error_t doca_rdma_cap_task_remote_net_sync_event_get_is_supported(const struct doca_devinfo *devinfo);
+doca_error_t doca_rdma_task_remote_net_sync_event_get_set_conf(
+	struct doca_rdma *rdma,
+	doca_rdma_task_remote_net_sync_event_get_completion_cb_t successful_task_completion_cb,
+	doca_rdma_task_remote_net_sync_event_get_completion_cb_t error_task_completion_cb,
+	uint32_t num_tasks);
+doca_error_t doca_rdma_task_remote_net_sync_event_get_allocate_init(
+	struct doca_rdma *rdma,
+	struct doca_rdma_connection *rdma_connection,
+	const struct doca_sync_event_remote_net *event,
+	struct doca_buf *dst_buf,
+	union doca_data user_data,
+	struct doca_rdma_task_remote_net_sync_event_get **task);
+struct doca_task *doca_rdma_task_remote_net_sync_event_get_as_task(
+	struct doca_rdma_task_remote_net_sync_event_get *task);
+void doca_rdma_task_remote_net_sync_event_get_set_sync_event(struct doca_rdma_task_remote_net_sync_event_get *task,
+							     const struct doca_sync_event_remote_net *event);
+const struct doca_sync_event_remote_net *doca_rdma_task_remote_net_sync_event_get_get_sync_event(
+	const struct doca_rdma_task_remote_net_sync_event_get *task);
+void doca_rdma_task_remote_net_sync_event_get_set_dst_buf(struct doca_rdma_task_remote_net_sync_event_get *task,
+							  struct doca_buf *dst_buf);
+struct doca_buf *doca_rdma_task_remote_net_sync_event_get_get_dst_buf(
+	const struct doca_rdma_task_remote_net_sync_event_get *task);
+uint32_t doca_rdma_task_remote_net_sync_event_get_get_result_len(
+	const struct doca_rdma_task_remote_net_sync_event_get *task);
+void doca_rdma_task_remote_net_sync_event_get_set_rdma_connection(struct doca_rdma_task_remote_net_sync_event_get *task,
+								  struct doca_rdma_connection *rdma_connection);
+const struct doca_rdma_connection *doca_rdma_task_remote_net_sync_event_get_get_rdma_connection(
+	const struct doca_rdma_task_remote_net_sync_event_get *task);
+
+struct doca_rdma_task_remote_net_sync_event_notify_set;
+
+typedef void (*doca_rdma_task_remote_net_sync_event_notify_set_completion_cb_t)(
+	struct doca_rdma_task_remote_net_sync_event_notify_set *task,
+	union doca_data task_user_data,
+	union doca_data ctx_user_data);
+
+doca_error_t doca_rdma_cap_task_remote_net_sync_event_notify_set_is_supported(const struct doca_devinfo *devinfo);
+doca_error_t doca_rdma_task_remote_net_sync_event_notify_set_set_conf(
+	struct doca_rdma *rdma,
+	doca_rdma_task_remote_net_sync_event_notify_set_completion_cb_t successful_task_completion_cb,
+	doca_rdma_task_remote_net_sync_event_notify_set_completion_cb_t error_task_completion_cb,
+	uint32_t num_tasks);
+doca_error_t doca_rdma_task_remote_net_sync_event_notify_set_allocate_init(
+	struct doca_rdma *rdma,
+	struct doca_rdma_connection *rdma_connection,
+	struct doca_sync_event_remote_net *event,
+	const struct doca_buf *src_buf,
+	union doca_data user_data,
+	struct doca_rdma_task_remote_net_sync_event_notify_set **task);
+struct doca_task *doca_rdma_task_remote_net_sync_event_notify_set_as_task(
+	struct doca_rdma_task_remote_net_sync_event_notify_set *task);
+void doca_rdma_task_remote_net_sync_event_notify_set_set_sync_event(
+	struct doca_rdma_task_remote_net_sync_event_notify_set *task,
+	struct doca_sync_event_remote_net *event);
+struct doca_sync_event_remote_net *doca_rdma_task_remote_net_sync_event_notify_set_get_sync_event(
+	const struct doca_rdma_task_remote_net_sync_event_notify_set *task);
+void doca_rdma_task_remote_net_sync_event_notify_set_set_rdma_connection(
+	struct doca_rdma_task_remote_net_sync_event_notify_set *task,
+	struct doca_rdma_connection *rdma_connection);
+const struct doca_rdma_connection *doca_rdma_task_remote_net_sync_event_notify_set_get_rdma_connection(
+	const struct doca_rdma_task_remote_net_sync_event_notify_set *task);
+void doca_rdma_task_remote_net_sync_event_notify_set_set_src_buf(
+	struct doca_rdma_task_remote_net_sync_event_notify_set *task,
+	const struct doca_buf *src_buf);
+const struct doca_buf *doca_rdma_task_remote_net_sync_event_notify_set_get_src_buf(
+	const struct doca_rdma_task_remote_net_sync_event_notify_set *task);
+
+struct doca_rdma_task_remote_net_sync_event_notify_add;
+
+typedef void (*doca_rdma_task_remote_net_sync_event_notify_add_completion_cb_t)(
+	struct doca_rdma_task_remote_net_sync_event_notify_add *task,
+	union doca_data task_user_data,
+	union doca_data ctx_user_data);
+
+doca_error_t doca_rdma_cap_task_remote_net_sync_event_notify_add_is_supported(const struct doca_devinfo *devinfo);
+doca_error_t doca_rdma_task_remote_net_sync_event_notify_add_set_conf(
+	struct doca_rdma *rdma,
+	doca_rdma_task_remote_net_sync_event_notify_add_completion_cb_t successful_task_completion_cb,
+	doca_rdma_task_remote_net_sync_event_notify_add_completion_cb_t error_task_completion_cb,
+	uint32_t num_tasks);
+doca_error_t doca_rdma_task_remote_net_sync_event_notify_add_allocate_init(
+	struct doca_rdma *rdma,
+	struct doca_rdma_connection *rdma_connection,
+	struct doca_sync_event_remote_net *event,
+	struct doca_buf *result_buf,
+	uint64_t add_data,
+	union doca_data user_data,
+	struct doca_rdma_task_remote_net_sync_event_notify_add **task);
+struct doca_task *doca_rdma_task_remote_net_sync_event_notify_add_as_task(
+	struct doca_rdma_task_remote_net_sync_event_notify_add *task);
+void doca_rdma_task_remote_net_sync_event_notify_add_set_sync_event(
+	struct doca_rdma_task_remote_net_sync_event_notify_add *task,
+	struct doca_sync_event_remote_net *event);
+struct doca_sync_event_remote_net *doca_rdma_task_remote_net_sync_event_notify_add_get_sync_event(
+	const struct doca_rdma_task_remote_net_sync_event_notify_add *task);
+void doca_rdma_task_remote_net_sync_event_notify_add_set_result_buf(
+	struct doca_rdma_task_remote_net_sync_event_notify_add *task,
+	struct doca_buf *result_buf);
+struct doca_buf *doca_rdma_task_remote_net_sync_event_notify_add_get_result_buf(
+	const struct doca_rdma_task_remote_net_sync_event_notify_add *task);
+void doca_rdma_task_remote_net_sync_event_notify_add_set_add_data(
+	struct doca_rdma_task_remote_net_sync_event_notify_add *task,
+	uint64_t add_data);
+uint64_t doca_rdma_task_remote_net_sync_event_notify_add_get_add_data(
+	const struct doca_rdma_task_remote_net_sync_event_notify_add *task);
+void doca_rdma_task_remote_net_sync_event_notify_add_set_rdma_connection(
+	struct doca_rdma_task_remote_net_sync_event_notify_add *task,
+	struct doca_rdma_connection *rdma_connection);
+const struct doca_rdma_connection *doca_rdma_task_remote_net_sync_event_notify_add_get_rdma_connection(
+	const struct doca_rdma_task_remote_net_sync_event_notify_add *task);

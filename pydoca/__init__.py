@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._native import BackendError as BackendError, BackendInfo as BackendInfo, backend as backend
     from .buffer import Buffer as Buffer, BufferInventory as BufferInventory
+    from .buf_pool import BufferPool as BufferPool, PoolBuffer as PoolBuffer
     from .ctx import Context as Context, CtxState as CtxState, Task as Task, TaskStatus as TaskStatus
     from .device import Device as Device, DeviceInfo as DeviceInfo, devices as devices
     from .errors import DocaError as DocaError
@@ -20,12 +21,13 @@ if TYPE_CHECKING:
     from .pe import ProgressEngine as ProgressEngine, ProgressMode as ProgressMode
     from .rdma import Connection as Connection, ConnectionState as ConnectionState, Opcode as Opcode, Rdma as Rdma, Received as Received
     from .rdma import BatchError as BatchError, TaskBatch as TaskBatch
+    from .sync_event import RemoteSyncEvent as RemoteSyncEvent, SyncEvent as SyncEvent
 
 __version__ = "0.1.0"
 
 _WHERE = {
     "BackendError": "._native", "BackendInfo": "._native", "backend": "._native",
-    "Buffer": ".buffer", "BufferInventory": ".buffer",
+    "Buffer": ".buffer", "BufferInventory": ".buffer", "BufferPool": ".buf_pool", "PoolBuffer": ".buf_pool",
     "Context": ".ctx", "CtxState": ".ctx", "Task": ".ctx", "TaskStatus": ".ctx",
     "Device": ".device", "DeviceInfo": ".device", "devices": ".device",
     "DocaError": ".errors",
@@ -33,6 +35,7 @@ _WHERE = {
     "ProgressEngine": ".pe", "ProgressMode": ".pe",
     "Connection": ".rdma", "ConnectionState": ".rdma", "Opcode": ".rdma", "Rdma": ".rdma", "Received": ".rdma",
     "BatchError": ".rdma", "TaskBatch": ".rdma",
+    "SyncEvent": ".sync_event", "RemoteSyncEvent": ".sync_event",
 }
 
 __all__ = sorted(_WHERE) + ["__version__"]

@@ -31,6 +31,18 @@ How the table was derived (public sources only, no DOCA install):
   inline wrappers of ``doca_buf_inventory_buf_reuse_by_args`` in 3.3) and the
   3.2.1 ``doca_caps`` documentation prints ``iface_index``; the 3.1 samples use
   neither. UNCERTAIN: either may already be in 3.1.
+* The other functions of the DOCA Common headers softdoca implements
+  (``_COMMON_*``) were added the same way; those absent from the 3.0 headers
+  are labelled with the first NVIDIA-DOCA/doca-samples release (3.1.0, 3.2.0)
+  whose code calls them, else "3.3" (upper bound, UNCERTAIN).
+* doca_buf_pool.h, doca_sync_event.h and the RDMA remote-net sync-event tasks
+  (``_SYNC_*``): the same sources. The 2.5.0108 headers already have the
+  whole buffer pool, most of the sync event (with the older DPU-named
+  export/location calls softdoca does not declare) and the remote-net tasks
+  (then without the connection argument, and with ``_get_result_length``);
+  the 2.9.0072 rdma_sync_event and sync_event samples call the connection
+  form and the wait_eq / remote PCI / DPA-handle ones. Every one of them is in
+  the 3.0.0058 headers, so the rest is labelled "3.0" (upper bound, as above).
 * Prototypes of every function present in the 3.0 and 3.3 headers are the
   same as in our cdefs (checked mechanically).
 
@@ -108,6 +120,13 @@ _IN_2_5 = """
     doca_rdma_task_atomic_fetch_add_get_add_data
 """
 
+# doca_log.h in the DOCA 2.5.0108 headers (so in 2.9): the SDK-log calls pydoca.log binds
+# (the rest of doca_log.h is C-only: softdoca/include/decl/doca_log.h).
+_LOG_IN_2_5 = """
+    doca_log_backend_create_with_fd_sdk doca_log_backend_set_sdk_level doca_log_level_set_global_sdk_limit
+    doca_log_level_get_global_sdk_limit
+"""
+
 # Called by the DOCA 2.9.0072 samples.
 _IN_2_9_SAMPLES = """
     doca_buf_set_data_len doca_task_submit_ex doca_rdma_addr_create doca_rdma_addr_destroy
@@ -142,6 +161,126 @@ _AFTER_3_0 = """
     doca_devinfo_get_iface_index doca_buf_inventory_buf_reuse_by_args
 """
 
+# The rest of the DOCA Common headers softdoca implements (doca_dev.h, doca_mmap.h,
+# doca_buf.h, doca_pe.h, doca_ctx.h), classified the same way: in the 2.5.0108
+# headers, or called by a 2.9.0072 sample (doca_mmap_dev_get_dpa_handle and
+# doca_task_batch_free/_get_ctx/_submit: dpa_all_to_all, eth_l2_fwd;
+# doca_mmap_set_dpa_memrange: doca_dpa/dpa_common.c) -> 2.9.
+_COMMON_IN_2_9 = """
+    doca_devinfo_rep_create_list doca_devinfo_rep_destroy_list doca_dev_rep_open doca_dev_rep_close
+    doca_dev_rep_as_devinfo doca_devinfo_cap_is_hotplug_manager_supported
+    doca_devinfo_rep_cap_is_filter_all_supported doca_devinfo_rep_cap_is_filter_net_supported
+    doca_devinfo_rep_cap_is_filter_emulated_supported doca_devinfo_rep_get_vuid doca_devinfo_rep_get_pci_addr_str
+    doca_devinfo_rep_get_pci_func_type doca_devinfo_rep_get_is_hotplug doca_devinfo_rep_is_equal_pci_addr
+    doca_mmap_export_pci doca_mmap_set_dmabuf_memrange doca_mmap_set_free_cb doca_mmap_get_max_num_devices
+    doca_mmap_get_num_bufs doca_mmap_get_exported doca_mmap_get_from_export doca_mmap_cap_is_export_pci_supported
+    doca_mmap_cap_is_create_from_export_pci_supported doca_ctx_set_datapath_on_gpu doca_ctx_set_datapath_on_dpa
+    doca_mmap_dev_get_dpa_handle doca_mmap_set_dpa_memrange doca_task_batch_submit doca_task_batch_free
+    doca_task_batch_get_ctx
+"""
+
+# In the 3.0.0058 headers, not proven in 2.9 (upper bound, as _IN_3_0).
+_COMMON_IN_3_0 = """
+    doca_dev_accelerate_resource_reclaim doca_devinfo_get_vhca_id
+    doca_devinfo_cap_is_notification_moderation_supported doca_devinfo_cap_is_accelerate_resource_reclaim_supported
+    doca_devinfo_rep_get_iface_name doca_devinfo_rep_get_vhca_id doca_mmap_enable_thread_safety
+    doca_buf_chain_list_tail doca_task_batch_try_submit doca_task_batch_get_status doca_task_batch_set_user_data
+    doca_task_batch_get_user_data doca_task_batch_get_ctx_user_data doca_task_batch_get_tasks_num
+    doca_ctx_set_completion_vector doca_ctx_cap_get_num_completion_vectors
+"""
+
+# Absent from the 3.0.0058 headers, present in 3.3.0109, labelled with the first
+# NVIDIA-DOCA/doca-samples release that calls them: 3.1.0 (samples/common.c) and
+# 3.2.0 (gpunetio samples); the others no sample calls: "3.3", an upper bound.
+# UNCERTAIN: "3.3" ones may be in 3.1 or 3.2 already.
+_COMMON_AFTER_3_0 = {
+    "3.1": "doca_devinfo_get_pci_func_type doca_devinfo_get_sf_index",
+    "3.2": "doca_mmap_get_mkey",
+    "3.3": """
+        doca_devinfo_get_uplink_ib_port doca_devinfo_get_data_direct_pci_dev doca_devinfo_rep_get_iface_index
+        doca_devinfo_rep_get_ib_port doca_devinfo_rep_get_host_index doca_devinfo_rep_get_pf_index
+        doca_devinfo_rep_get_vf_index doca_devinfo_rep_get_sf_index doca_devinfo_rep_get_total_vfs
+        doca_devinfo_rep_get_pf_vuid doca_devinfo_rep_get_data_direct_pci_dev
+        doca_devinfo_rep_get_is_uplink_representor doca_mmap_set_export_access_token
+        doca_mmap_cap_get_max_export_access_token_size doca_ctx_profiler_set_max_nranges
+    """,
+}
+
+# doca_buf_pool.h, doca_sync_event.h and the RDMA remote-net sync-event tasks: in the
+# 2.5.0108 headers (same names) or called by a 2.9.0072 sample -> 2.9.
+_SYNC_IN_2_9 = """
+    doca_buf_pool_create doca_buf_pool_destroy doca_buf_pool_start doca_buf_pool_stop doca_buf_pool_buf_alloc
+    doca_buf_pool_set_user_data doca_buf_pool_set_element_alignment doca_buf_pool_get_num_elements
+    doca_buf_pool_get_num_free_elements doca_buf_pool_get_user_data doca_buf_pool_get_element_alignment
+    doca_sync_event_create doca_sync_event_create_from_export doca_sync_event_cap_is_create_from_export_supported
+    doca_sync_event_remote_net_create_from_export doca_sync_event_cap_remote_net_is_create_from_export_supported
+    doca_sync_event_destroy doca_sync_event_remote_net_destroy doca_sync_event_add_publisher_location_cpu
+    doca_sync_event_add_publisher_location_dpa doca_sync_event_add_publisher_location_gpu
+    doca_sync_event_add_publisher_location_remote_net doca_sync_event_add_subscriber_location_cpu
+    doca_sync_event_add_subscriber_location_dpa doca_sync_event_add_subscriber_location_gpu doca_sync_event_set_addr
+    doca_sync_event_start doca_sync_event_stop doca_sync_event_as_ctx doca_sync_event_cap_task_get_is_supported
+    doca_sync_event_task_get_set_conf doca_sync_event_task_get_alloc_init doca_sync_event_task_get_as_doca_task
+    doca_sync_event_task_get_set_ret_val_ptr doca_sync_event_task_get_get_ret_val_ptr
+    doca_sync_event_cap_task_notify_set_is_supported doca_sync_event_task_notify_set_set_conf
+    doca_sync_event_task_notify_set_alloc_init doca_sync_event_task_notify_set_as_doca_task
+    doca_sync_event_task_notify_set_set_set_val doca_sync_event_task_notify_set_get_set_val
+    doca_sync_event_cap_task_notify_add_is_supported doca_sync_event_task_notify_add_set_conf
+    doca_sync_event_task_notify_add_alloc_init doca_sync_event_task_notify_add_as_doca_task
+    doca_sync_event_task_notify_add_set_inc_val doca_sync_event_task_notify_add_get_inc_val
+    doca_sync_event_task_notify_add_set_fetched_val_ptr doca_sync_event_task_notify_add_get_fetched_val_ptr
+    doca_sync_event_export_to_remote_net doca_sync_event_cap_is_export_to_remote_net_supported
+    doca_sync_event_cap_is_export_to_dpa_supported doca_sync_event_cap_is_export_to_gpu_supported
+    doca_sync_event_cap_remote_net_is_export_to_dpa_supported doca_sync_event_cap_remote_net_is_export_to_gpu_supported
+    doca_sync_event_get doca_sync_event_update_add doca_sync_event_update_set doca_sync_event_wait_gt
+    doca_sync_event_wait_gt_yield
+    doca_sync_event_add_publisher_location_remote_pci doca_sync_event_get_dpa_handle
+    doca_sync_event_remote_net_get_dpa_handle doca_sync_event_cap_is_export_to_remote_pci_supported
+    doca_sync_event_export_to_remote_pci doca_sync_event_cap_task_wait_eq_is_supported
+    doca_sync_event_task_wait_eq_set_conf doca_sync_event_task_wait_eq_alloc_init
+    doca_sync_event_task_wait_eq_as_doca_task doca_sync_event_wait_eq doca_sync_event_wait_eq_yield
+    doca_rdma_cap_task_remote_net_sync_event_get_is_supported doca_rdma_task_remote_net_sync_event_get_set_conf
+    doca_rdma_task_remote_net_sync_event_get_allocate_init doca_rdma_task_remote_net_sync_event_get_as_task
+    doca_rdma_task_remote_net_sync_event_get_set_sync_event doca_rdma_task_remote_net_sync_event_get_get_sync_event
+    doca_rdma_task_remote_net_sync_event_get_set_dst_buf doca_rdma_task_remote_net_sync_event_get_get_dst_buf
+    doca_rdma_cap_task_remote_net_sync_event_notify_set_is_supported
+    doca_rdma_task_remote_net_sync_event_notify_set_set_conf
+    doca_rdma_task_remote_net_sync_event_notify_set_allocate_init
+    doca_rdma_task_remote_net_sync_event_notify_set_as_task
+    doca_rdma_task_remote_net_sync_event_notify_set_set_sync_event
+    doca_rdma_task_remote_net_sync_event_notify_set_get_sync_event
+    doca_rdma_task_remote_net_sync_event_notify_set_set_src_buf
+    doca_rdma_task_remote_net_sync_event_notify_set_get_src_buf
+    doca_rdma_cap_task_remote_net_sync_event_notify_add_is_supported
+    doca_rdma_task_remote_net_sync_event_notify_add_set_conf
+    doca_rdma_task_remote_net_sync_event_notify_add_allocate_init
+    doca_rdma_task_remote_net_sync_event_notify_add_as_task
+    doca_rdma_task_remote_net_sync_event_notify_add_set_sync_event
+    doca_rdma_task_remote_net_sync_event_notify_add_get_sync_event
+    doca_rdma_task_remote_net_sync_event_notify_add_set_result_buf
+    doca_rdma_task_remote_net_sync_event_notify_add_get_result_buf
+    doca_rdma_task_remote_net_sync_event_notify_add_set_add_data
+    doca_rdma_task_remote_net_sync_event_notify_add_get_add_data
+"""
+
+# ... in the 3.0.0058 headers, not proven in 2.9 (upper bound, as _IN_3_0).
+_SYNC_IN_3_0 = """
+    doca_sync_event_add_subscriber_location_remote_pci doca_sync_event_set_doca_buf doca_sync_event_get_gpu_handle
+    doca_sync_event_remote_net_get_gpu_handle doca_sync_event_task_wait_eq_set_wait_val
+    doca_sync_event_task_wait_eq_get_wait_val doca_sync_event_task_wait_eq_set_mask
+    doca_sync_event_task_wait_eq_get_mask doca_sync_event_cap_task_wait_neq_is_supported
+    doca_sync_event_task_wait_neq_set_conf doca_sync_event_task_wait_neq_alloc_init
+    doca_sync_event_task_wait_neq_as_doca_task doca_sync_event_task_wait_neq_set_wait_val
+    doca_sync_event_task_wait_neq_get_wait_val doca_sync_event_task_wait_neq_set_mask
+    doca_sync_event_task_wait_neq_get_mask doca_sync_event_wait_neq doca_sync_event_wait_neq_yield
+    doca_rdma_task_remote_net_sync_event_get_get_result_len
+    doca_rdma_task_remote_net_sync_event_get_set_rdma_connection
+    doca_rdma_task_remote_net_sync_event_get_get_rdma_connection
+    doca_rdma_task_remote_net_sync_event_notify_set_set_rdma_connection
+    doca_rdma_task_remote_net_sync_event_notify_set_get_rdma_connection
+    doca_rdma_task_remote_net_sync_event_notify_add_set_rdma_connection
+    doca_rdma_task_remote_net_sync_event_notify_add_get_rdma_connection
+"""
+
 
 def _names(block: str) -> List[str]:
     return block.split()
@@ -150,8 +289,14 @@ def _names(block: str) -> List[str]:
 #: name -> first DOCA release known to have it, for every function of cdefs/.
 ADDED_IN: Dict[str, str] = {
     **{n: BASELINE for n in _names(_IN_2_5) + _names(_IN_2_9_SAMPLES) + _names(_IN_PRE_2_7)},
+    **{n: BASELINE for n in _names(_LOG_IN_2_5)},
     **{n: "3.0" for n in _names(_IN_3_0)},
     **{n: "3.2" for n in _names(_AFTER_3_0)},
+    **{n: BASELINE for n in _names(_COMMON_IN_2_9)},
+    **{n: "3.0" for n in _names(_COMMON_IN_3_0)},
+    **{n: v for v, block in _COMMON_AFTER_3_0.items() for n in _names(block)},
+    **{n: BASELINE for n in _names(_SYNC_IN_2_9)},
+    **{n: "3.0" for n in _names(_SYNC_IN_3_0)},
 }
 
 #: The functions referenced weakly: everything not known to be in 2.9.
@@ -161,6 +306,9 @@ OPTIONAL: Dict[str, str] = {n: v for n, v in ADDED_IN.items() if v != BASELINE}
 ABSENT_IN: Dict[str, str] = {
     **{n: "2.5" for n in _names(_IN_3_0)},
     **{n: "3.0" for n in _names(_AFTER_3_0)},
+    **{n: "2.5" for n in _names(_COMMON_IN_3_0)},
+    **{n: "3.0" for block in _COMMON_AFTER_3_0.values() for n in _names(block)},
+    **{n: "2.5" for n in _names(_SYNC_IN_3_0)},
 }
 
 #: What a missing optional function takes away, for `pydoca doctor`.

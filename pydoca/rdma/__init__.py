@@ -21,7 +21,7 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, TypeVar
 from pydoca._log import get_logger
 
 from .._native import callbacks, ffi, lib
-from .._native.task_types import TASK_TYPES
+from .._native.task_types import SYNC_EVENT_TASK_TYPES, TASK_TYPES
 from ..buffer import Buffer
 from ..ctx import Context, CtxState, Task
 from ..device import Device
@@ -31,6 +31,7 @@ from ..pe import ProgressEngine
 from .connection import Connection, ConnectionState
 from .gid import Gid, choose_gid_index, gid_table
 from .batch import KINDS, BatchError, BatchMixin, TaskBatch
+from .sync_event import SyncEventTasksMixin, configure_sync_event_tasks as _configure_sync_event_tasks
 from .tasks import AtomicTask, Opcode, ReadTask, Received, ReceiveTask, SendTask, WriteTask, to_be32
 
 log = get_logger()
@@ -63,7 +64,7 @@ def _free_port_hint() -> int:
         return 18516
 
 
-class Rdma(BatchMixin, Context):
+class Rdma(SyncEventTasksMixin, BatchMixin, Context):
     """A DOCA RDMA context on ``dev``, progressed by ``pe``.
 
     Configuration is keyword-only and applied before start; the context is
@@ -114,9 +115,13 @@ class Rdma(BatchMixin, Context):
         if connection_request_timeout_ms is not None:
             check(lib.doca_rdma_set_connection_request_timeout(rdma, connection_request_timeout_ms),
                   "doca_rdma_set_connection_request_timeout")
+        self._sync_event_tasks = False
         for name in _TASK_TYPES:
+            if name in SYNC_EVENT_TASK_TYPES:
+                continue
             check(getattr(lib, f"pydoca_rdma_task_{name}_set_conf")(rdma, max_tasks),
                   f"doca_rdma_task_{name}_set_conf")
+        self._sync_event_tasks = _configure_sync_event_tasks(rdma, dev, max_tasks)
         check(lib.pydoca_rdma_set_conn_cbs(rdma), "doca_rdma_set_connection_state_callbacks")
         if start:
             self.start()

@@ -16,9 +16,12 @@
 #include "doca_mmap.h"
 #include "doca_buf.h"
 #include "doca_buf_inventory.h"
+#include "doca_buf_pool.h"
 #include "doca_pe.h"
 #include "doca_ctx.h"
+#include "doca_sync_event.h"
 #include "doca_rdma.h"
+#include "doca_log.h"
 #pragma GCC visibility pop
 
 #endif

@@ -301,6 +301,21 @@ SD_EXPORT doca_error_t doca_buf_chain_list(struct doca_buf *list1, struct doca_b
 	return DOCA_SUCCESS;
 }
 
+/* doca_buf_chain_list with list1's tail given by the caller (DOCA skips the
+ * walk to it); softdoca keeps the tail in the head and checks the two agree. */
+SD_EXPORT doca_error_t doca_buf_chain_list_tail(struct doca_buf *list1_head, struct doca_buf *list1_tail,
+						struct doca_buf *list2)
+{
+	if (!list1_head || !list1_tail || !list2 || list1_head == list2 || !list1_head->in_use ||
+	    !list1_tail->in_use || !list2->in_use)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (list1_head->in_tail || list2->in_tail)
+		return DOCA_ERROR_NOT_PERMITTED;
+	if (list1_head->last != list1_tail)
+		return DOCA_ERROR_INVALID_VALUE;
+	return doca_buf_chain_list(list1_head, list2);
+}
+
 SD_EXPORT doca_error_t doca_buf_unchain_list(struct doca_buf *list1, struct doca_buf *list2)
 {
 	struct doca_buf *prev;

@@ -32,6 +32,7 @@ doca_error_t sd_ctx_init(struct doca_ctx *ctx, const struct sd_ctx_ops *ops, voi
 	ctx->stop_requested = 0;
 	ctx->pe_next = NULL;
 	ctx->pending_head = ctx->pending_count = 0;
+	ctx->comp_vector = 0;
 	if (sd_handle_add_kind(ctx, SD_H_CTX) != 0)
 		return DOCA_ERROR_NO_MEMORY;
 	return DOCA_SUCCESS;
@@ -257,4 +258,71 @@ SD_EXPORT void doca_ctx_flush_tasks(struct doca_ctx *ctx)
 		return;
 	if (ctx->ops->flush)
 		ctx->ops->flush(ctx);
+}
+
+/* ---------------------------------------------------------------- DOCA 3.3 additions */
+
+/* Validation shared by the setters below: DOCA allows them on an idle ctx only. */
+static doca_error_t idle_ctx(const struct doca_ctx *ctx)
+{
+	CHECK_CTX(ctx);
+	return ctx->state == DOCA_CTX_STATE_IDLE ? DOCA_SUCCESS : DOCA_ERROR_BAD_STATE;
+}
+
+/* No GPU data path in softdoca (no DOCA GPUNetIO). */
+SD_EXPORT doca_error_t doca_ctx_set_datapath_on_gpu(struct doca_ctx *ctx, struct doca_gpu *gpu_dev)
+{
+	doca_error_t rc;
+
+	if (!gpu_dev)
+		return DOCA_ERROR_INVALID_VALUE;
+	rc = idle_ctx(ctx);
+	return rc != DOCA_SUCCESS ? rc : DOCA_ERROR_NOT_SUPPORTED;
+}
+
+/* No DPA in softdoca. */
+SD_EXPORT doca_error_t doca_ctx_set_datapath_on_dpa(struct doca_ctx *ctx, struct doca_dpa *dpa_dev)
+{
+	doca_error_t rc;
+
+	if (!dpa_dev)
+		return DOCA_ERROR_INVALID_VALUE;
+	rc = idle_ctx(ctx);
+	return rc != DOCA_SUCCESS ? rc : DOCA_ERROR_NOT_SUPPORTED;
+}
+
+/* A soft device has SD_NUM_COMP_VECTORS completion vectors (one engine thread
+ * completes every task): valid vectors are 0 .. SD_NUM_COMP_VECTORS - 1. */
+SD_EXPORT doca_error_t doca_ctx_set_completion_vector(struct doca_ctx *ctx, uint32_t comp_vector)
+{
+	doca_error_t rc = idle_ctx(ctx);
+
+	if (rc != DOCA_SUCCESS)
+		return rc;
+	if (comp_vector >= SD_NUM_COMP_VECTORS)
+		return DOCA_ERROR_INVALID_VALUE;
+	ctx->comp_vector = comp_vector;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_ctx_cap_get_num_completion_vectors(const struct doca_devinfo *devinfo,
+							       uint32_t *num_comp_vectors)
+{
+	if (!devinfo || !num_comp_vectors)
+		return DOCA_ERROR_INVALID_VALUE;
+	*num_comp_vectors = SD_NUM_COMP_VECTORS;
+	return DOCA_SUCCESS;
+}
+
+/* NVTX range profiling: softdoca is built without NVTX (DOCA: NOT_SUPPORTED
+ * when profiling is not enabled). */
+SD_EXPORT doca_error_t doca_ctx_profiler_set_max_nranges(struct doca_ctx *ctx, uint8_t num_ranges)
+{
+	doca_error_t rc = idle_ctx(ctx);
+
+	if (rc != DOCA_SUCCESS)
+		return rc;
+	if (num_ranges == 0)
+		return DOCA_ERROR_INVALID_VALUE;
+	return DOCA_ERROR_NOT_SUPPORTED;
 }

@@ -304,3 +304,198 @@ SD_EXPORT doca_error_t doca_devinfo_get_iface_index(const struct doca_devinfo *d
 	*iface_index = devinfo->iface_index;
 	return DOCA_SUCCESS;
 }
+
+/* ---------------------------------------------------------------- DOCA 3.3 additions
+ * Answered as DOCA answers on a host without a DPU, representors, SFs, data
+ * direct devices or hotplug emulation (docs/softdoca-contract.md, "Functions
+ * answered as on a host without the hardware"). */
+
+static doca_error_t dev_check(const struct doca_dev *dev)
+{
+	if (!dev)
+		return DOCA_ERROR_INVALID_VALUE;
+	return sd_handle_live_kind(dev, SD_H_DEV) ? DOCA_SUCCESS : DOCA_ERROR_BAD_STATE;
+}
+
+/* A soft device exposes no representors (it is no eswitch manager): the
+ * representor capabilities are 0, so listing fails with NOT_SUPPORTED as
+ * doca_dev.h guarantees for that case. */
+SD_EXPORT doca_error_t doca_devinfo_rep_create_list(struct doca_dev *dev, int filter,
+						    struct doca_devinfo_rep ***dev_list_rep, uint32_t *nb_devs_rep)
+{
+	doca_error_t rc;
+
+	if (!dev_list_rep || !nb_devs_rep)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (filter & ~(DOCA_DEVINFO_REP_FILTER_NET | DOCA_DEVINFO_REP_FILTER_EMULATED))
+		return DOCA_ERROR_INVALID_VALUE;
+	rc = dev_check(dev);
+	return rc != DOCA_SUCCESS ? rc : DOCA_ERROR_NOT_SUPPORTED;
+}
+
+/* No representor list is ever created, so none can be destroyed. */
+SD_EXPORT doca_error_t doca_devinfo_rep_destroy_list(struct doca_devinfo_rep **dev_list_rep)
+{
+	(void)dev_list_rep;
+	return DOCA_ERROR_INVALID_VALUE;
+}
+
+SD_EXPORT doca_error_t doca_dev_accelerate_resource_reclaim(struct doca_dev *dev)
+{
+	doca_error_t rc = dev_check(dev);
+
+	return rc != DOCA_SUCCESS ? rc : DOCA_ERROR_NOT_SUPPORTED;
+}
+
+/* No doca_devinfo_rep exists in softdoca: any one passed is invalid input. */
+SD_EXPORT doca_error_t doca_dev_rep_open(struct doca_devinfo_rep *devinfo, struct doca_dev_rep **dev_rep)
+{
+	(void)devinfo;
+	(void)dev_rep;
+	return DOCA_ERROR_INVALID_VALUE;
+}
+
+SD_EXPORT doca_error_t doca_dev_rep_close(struct doca_dev_rep *dev)
+{
+	(void)dev;
+	return DOCA_ERROR_INVALID_VALUE;
+}
+
+SD_EXPORT struct doca_devinfo_rep *doca_dev_rep_as_devinfo(struct doca_dev_rep *dev_rep)
+{
+	(void)dev_rep;
+	return NULL;
+}
+
+/* Soft devices stand for physical functions. */
+SD_EXPORT doca_error_t doca_devinfo_get_pci_func_type(const struct doca_devinfo *devinfo,
+						      enum doca_pci_func_type *pci_func_type)
+{
+	if (!devinfo || !pci_func_type)
+		return DOCA_ERROR_INVALID_VALUE;
+	*pci_func_type = DOCA_PCI_FUNC_TYPE_PF;
+	return DOCA_SUCCESS;
+}
+
+/* DOCA: NOT_SUPPORTED when the device is not an SF; soft devices are PFs. */
+SD_EXPORT doca_error_t doca_devinfo_get_sf_index(const struct doca_devinfo *devinfo, uint32_t *sf_index)
+{
+	if (!devinfo || !sf_index)
+		return DOCA_ERROR_INVALID_VALUE;
+	return DOCA_ERROR_NOT_SUPPORTED;
+}
+
+/* The function's id on its (virtual) HCA: the interface index, unique per
+ * soft device of the host (low 16 bits). */
+SD_EXPORT doca_error_t doca_devinfo_get_vhca_id(const struct doca_devinfo *devinfo, uint16_t *vhca_id)
+{
+	if (!devinfo || !vhca_id)
+		return DOCA_ERROR_INVALID_VALUE;
+	*vhca_id = (uint16_t)devinfo->iface_index;
+	return DOCA_SUCCESS;
+}
+
+/* One port per soft device: port 1. */
+SD_EXPORT doca_error_t doca_devinfo_get_uplink_ib_port(const struct doca_devinfo *devinfo, uint16_t *ib_port)
+{
+	if (!devinfo || !ib_port)
+		return DOCA_ERROR_INVALID_VALUE;
+	*ib_port = 1;
+	return DOCA_SUCCESS;
+}
+
+/* Linux, no data direct device: NOT_FOUND (DOCA keeps NOT_SUPPORTED for other OSes). */
+SD_EXPORT doca_error_t doca_devinfo_get_data_direct_pci_dev(struct doca_devinfo *devinfo, char *pci_addr_str)
+{
+	if (!devinfo || !pci_addr_str)
+		return DOCA_ERROR_INVALID_VALUE;
+	return DOCA_ERROR_NOT_FOUND;
+}
+
+static doca_error_t cap_no(const struct doca_devinfo *devinfo, uint8_t *out)
+{
+	if (!devinfo || !out)
+		return DOCA_ERROR_INVALID_VALUE;
+	*out = 0;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_devinfo_cap_is_hotplug_manager_supported(const struct doca_devinfo *devinfo,
+								     uint8_t *is_hotplug_manager)
+{
+	return cap_no(devinfo, is_hotplug_manager);
+}
+
+SD_EXPORT doca_error_t doca_devinfo_cap_is_notification_moderation_supported(const struct doca_devinfo *devinfo,
+									     uint8_t *is_notification_moderation_supported)
+{
+	return cap_no(devinfo, is_notification_moderation_supported);
+}
+
+SD_EXPORT doca_error_t doca_devinfo_rep_cap_is_filter_all_supported(const struct doca_devinfo *devinfo,
+								    uint8_t *filter_all_supported)
+{
+	return cap_no(devinfo, filter_all_supported);
+}
+
+SD_EXPORT doca_error_t doca_devinfo_rep_cap_is_filter_net_supported(const struct doca_devinfo *devinfo,
+								    uint8_t *filter_net_supported)
+{
+	return cap_no(devinfo, filter_net_supported);
+}
+
+SD_EXPORT doca_error_t doca_devinfo_rep_cap_is_filter_emulated_supported(const struct doca_devinfo *devinfo,
+									 uint8_t *filter_emulated_supported)
+{
+	return cap_no(devinfo, filter_emulated_supported);
+}
+
+SD_EXPORT doca_error_t
+doca_devinfo_cap_is_accelerate_resource_reclaim_supported(const struct doca_devinfo *devinfo,
+							  uint8_t *is_accelerate_resource_reclaim)
+{
+	return cap_no(devinfo, is_accelerate_resource_reclaim);
+}
+
+/* Representor getters: there is no representor device info in softdoca, so
+ * whatever is passed is invalid input. */
+#define SD_REP_INVALID(proto)                  \
+	SD_EXPORT doca_error_t proto            \
+	{                                       \
+		return DOCA_ERROR_INVALID_VALUE; \
+	}
+
+SD_REP_INVALID(doca_devinfo_rep_get_vuid(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+					 char *rep_vuid SD_UNUSED, uint32_t size SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_pci_addr_str(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+						 char *pci_addr_str SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_pci_func_type(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+						  enum doca_pci_func_type *pci_func_type SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_is_hotplug(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+					       uint8_t *is_hotplug SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_iface_name(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+					       char *iface_name SD_UNUSED, uint32_t size SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_iface_index(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+						uint32_t *iface_index SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_ib_port(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+					    uint16_t *ib_port SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_host_index(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+					       uint32_t *host_index SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_pf_index(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+					     uint32_t *pf_index SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_vf_index(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+					     uint32_t *vf_index SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_sf_index(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+					     uint32_t *sf_index SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_vhca_id(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+					    uint16_t *vhca_id SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_total_vfs(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+					      uint32_t *total_vfs SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_pf_vuid(struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+					    char *pf_vuid SD_UNUSED, uint32_t size SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_data_direct_pci_dev(struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+							char *pci_addr_str SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_get_is_uplink_representor(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+							  uint8_t *is_uplink_representor SD_UNUSED))
+SD_REP_INVALID(doca_devinfo_rep_is_equal_pci_addr(const struct doca_devinfo_rep *devinfo_rep SD_UNUSED,
+						  const char *pci_addr_str SD_UNUSED, uint8_t *is_equal SD_UNUSED))

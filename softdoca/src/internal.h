@@ -22,6 +22,9 @@
 #define SOFTDOCA_INTERNAL_H
 
 #include "doca_all.h"
+#pragma GCC visibility push(default)
+#include "softdoca_ext.h" /* softdoca_* extensions, exported */
+#pragma GCC visibility pop
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -63,6 +66,8 @@ uint64_t sd_env_ms(const char *name, uint64_t dflt);
  * carry a kind so that a recycled address of another type is not mistaken for
  * a live handle. sd_handle_add returns 0 on success, -1 on allocation failure. */
 enum { SD_H_ANY = 0, SD_H_PE, SD_H_CTX, SD_H_MMAP, SD_H_INV, SD_H_DEV, SD_H_OTHER, SD_H_CONN };
+/* doca_task_batch (pe.c); far from the list above so other kinds can be appended there. */
+enum { SD_H_TASK_BATCH = 64 };
 int sd_handle_add(void *h);                       /* kind SD_H_OTHER */
 int sd_handle_add_kind(void *h, int kind);
 void sd_handle_del(void *h);
@@ -149,7 +154,26 @@ struct doca_mmap {
 	uint8_t *export_blob;      /* owned by the map, freed at destroy */
 	size_t export_len;
 	int registered;            /* local map currently in the registry */
+
+	/* doca_mmap_set_free_cb: called by destroy when the map was ever started */
+	doca_mmap_memrange_free_cb_t *free_cb;
+	void *free_opaque;
+	int was_started;
+	/* doca_mmap_enable_thread_safety: destroy succeeds with bufs out; the
+	 * struct then lives on until the last buf is released (SD_MMAP_DEAD) */
+	int thread_safe;
+	/* doca_mmap_set_export_access_token: the key used instead of a random
+	 * one (zero-padded to SD_KEY_LEN); one token per map */
+	int token_set;
+	const struct doca_dev *token_dev;
+	uint8_t token[SD_KEY_LEN];
 };
+
+/* Bit of doca_mmap.num_bufs set by the destroy of a thread-safe map with bufs
+ * out: the buf that drops the count to 0 frees the map (sd_mmap_buf_put). */
+#define SD_MMAP_DEAD (1 << 30)
+/* A doca_buf of map m was released (inventory.c): drops m->num_bufs. */
+void sd_mmap_buf_put(struct doca_mmap *m);
 
 /* Registry of started local maps, consulted by the engine for remote ops.
  * sd_mmap_acquire validates id/key/instance, range [addr, addr+len) (with
@@ -267,6 +291,25 @@ struct doca_task {
 	doca_error_t status;
 	int in_flight;
 	struct doca_task *cq_next;   /* completion queue link */
+	/* member of a submitted doca_task_batch: its completion goes to the
+	 * batch (slot batch_idx), not to the task's own callback */
+	struct doca_task_batch *batch;
+	uint16_t batch_idx;
+};
+
+/* A batch of tasks of one ctx submitted as one unit (pe.c; allocated with the
+ * softdoca_task_batch_allocate extension). */
+#define SD_TASK_BATCH_MAX 128    /* DOCA_TASK_BATCH_MAX_TASKS_NUMBER_128 */
+struct doca_task_batch {
+	struct doca_ctx *ctx;
+	uint16_t num;
+	union doca_data user_data;
+	softdoca_task_batch_completion_cb_t ok_cb, err_cb;
+	struct doca_task **tasks;    /* num slots, filled by the application */
+	doca_error_t *status;        /* per slot, set as the tasks complete */
+	doca_error_t result;         /* DOCA_SUCCESS or the first failed slot's status */
+	int in_flight;
+	atomic_uint remaining;       /* tasks of the submitted batch not yet delivered */
 };
 
 /* Mark task done with status (DOCA_SUCCESS or an error) from any thread: the
@@ -321,7 +364,12 @@ struct doca_ctx {
 #define SD_CTX_MAX_PENDING 32
 	struct { uint8_t prev, next; } pending[SD_CTX_MAX_PENDING];
 	unsigned pending_head, pending_count;
+	uint32_t comp_vector;               /* doca_ctx_set_completion_vector */
 };
+
+/* Completion vectors of a soft device (doca_ctx_cap_get_num_completion_vectors):
+ * completions come from one engine thread. */
+#define SD_NUM_COMP_VECTORS 1
 
 /* Initialise a ctx base (state IDLE) and register it as a live handle.
  * Returns DOCA_SUCCESS or DOCA_ERROR_NO_MEMORY (registry). */

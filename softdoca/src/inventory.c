@@ -246,7 +246,7 @@ void sd_buf_release(struct doca_buf *buf)
 	buf->in_tail = 0;
 	buf->mmap = NULL;
 	if (mmap)
-		atomic_fetch_sub(&mmap->num_bufs, 1);
+		sd_mmap_buf_put(mmap); /* may free a map destroyed with bufs out */
 	pthread_mutex_lock(&inv->lock);
 	buf->free_next = inv->free_list;
 	inv->free_list = buf;

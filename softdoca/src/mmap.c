@@ -297,13 +297,33 @@ SD_EXPORT doca_error_t doca_mmap_create(struct doca_mmap **mmap)
 	return *mmap ? DOCA_SUCCESS : DOCA_ERROR_NO_MEMORY;
 }
 
+static void mmap_free(struct doca_mmap *m)
+{
+	pthread_mutex_destroy(&m->lock);
+	free(m->devs);
+	free(m->export_blob);
+	free(m);
+}
+
+void sd_mmap_buf_put(struct doca_mmap *m)
+{
+	/* the last buf of a map destroyed with bufs out (thread-safe) frees it */
+	if (atomic_fetch_sub(&m->num_bufs, 1) == (SD_MMAP_DEAD | 1))
+		mmap_free(m);
+}
+
 SD_EXPORT doca_error_t doca_mmap_destroy(struct doca_mmap *mmap)
 {
+	doca_mmap_memrange_free_cb_t *free_cb;
+	void *free_opaque, *addr;
+	size_t len;
+
 	CHECK_MMAP(mmap);
 	pthread_mutex_lock(&mmap->lock);
-	/* DOCA: buffers still pointing into the map -> NOT_PERMITTED; a started map
-	 * is stopped implicitly (unregistered, engine ops drained). */
-	if (atomic_load(&mmap->num_bufs) > 0) {
+	/* DOCA: buffers still pointing into the map -> NOT_PERMITTED (unless
+	 * thread safety is enabled); a started map is stopped implicitly
+	 * (unregistered, engine ops drained). */
+	if (atomic_load(&mmap->num_bufs) > 0 && !mmap->thread_safe) {
 		pthread_mutex_unlock(&mmap->lock);
 		return DOCA_ERROR_NOT_PERMITTED;
 	}
@@ -323,11 +343,17 @@ SD_EXPORT doca_error_t doca_mmap_destroy(struct doca_mmap *mmap)
 	sd_handle_del(mmap);
 	for (uint32_t i = 0; i < mmap->num_devs; i++)
 		atomic_fetch_sub(&mmap->devs[i]->refs, 1);
+	mmap->num_devs = 0;
+	free_cb = mmap->was_started && !mmap->remote ? mmap->free_cb : NULL;
+	free_opaque = mmap->free_opaque;
+	addr = mmap->addr;
+	len = mmap->len;
 	pthread_mutex_unlock(&mmap->lock);
-	pthread_mutex_destroy(&mmap->lock);
-	free(mmap->devs);
-	free(mmap->export_blob);
-	free(mmap);
+	if (free_cb) /* DOCA: the memory range is freed on destroy of a started map */
+		free_cb(addr, len, free_opaque);
+	/* bufs still out (thread-safe map): the last one released frees the struct */
+	if ((atomic_fetch_or(&mmap->num_bufs, SD_MMAP_DEAD) & ~SD_MMAP_DEAD) == 0)
+		mmap_free(mmap);
 	return DOCA_SUCCESS;
 }
 
@@ -345,12 +371,15 @@ SD_EXPORT doca_error_t doca_mmap_start(struct doca_mmap *mmap)
 		rc = DOCA_ERROR_BAD_STATE;
 	} else {
 		mmap->id = atomic_fetch_add(&next_map_id, 1);
-		if (sd_random_bytes(mmap->key, SD_KEY_LEN) != 0)
+		if (mmap->token_set) /* doca_mmap_set_export_access_token */
+			memcpy(mmap->key, mmap->token, SD_KEY_LEN);
+		else if (sd_random_bytes(mmap->key, SD_KEY_LEN) != 0)
 			rc = DOCA_ERROR_OPERATING_SYSTEM;
-		else if (reg_add(mmap) != 0)
+		if (rc == DOCA_SUCCESS && reg_add(mmap) != 0)
 			rc = DOCA_ERROR_NO_MEMORY;
-		else {
+		if (rc == DOCA_SUCCESS) {
 			mmap->started = 1;
+			mmap->was_started = 1;
 			if (sd_xport_publish) /* same-host transport (rdma_xport.c) */
 				sd_xport_publish(mmap);
 		}
@@ -595,6 +624,214 @@ SD_EXPORT doca_error_t doca_mmap_set_permissions(struct doca_mmap *mmap, uint32_
 		rc = DOCA_ERROR_BAD_STATE;
 	else
 		mmap->permissions = access_mask;
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
+
+/* ---------------------------------------------------------------- DOCA 3.3 additions */
+
+/* PCI export (DOCA Comch / DMA between host and DPU over PCIe): softdoca
+ * devices are no PCIe functions of a DPU (doca_mmap_cap_is_export_pci_supported
+ * answers 0), so this fails as doca_mmap.h guarantees: NOT_SUPPORTED. */
+SD_EXPORT doca_error_t doca_mmap_export_pci(struct doca_mmap *mmap, const struct doca_dev *dev,
+					    const void **export_desc, size_t *export_desc_len)
+{
+	CHECK_MMAP(mmap);
+	if (!dev || !export_desc || !export_desc_len)
+		return DOCA_ERROR_INVALID_VALUE;
+	return DOCA_ERROR_NOT_SUPPORTED;
+}
+
+/* No DPA in softdoca. */
+SD_EXPORT doca_error_t doca_mmap_dev_get_dpa_handle(struct doca_mmap *mmap, const struct doca_dev *dev,
+						    doca_dpa_dev_mmap_t *dpa_mmap_handle)
+{
+	CHECK_MMAP(mmap);
+	if (!dev || !dpa_mmap_handle)
+		return DOCA_ERROR_INVALID_VALUE;
+	return DOCA_ERROR_NOT_SUPPORTED;
+}
+
+/* Common checks of the set_*memrange family (DOCA order: input, started, already set). */
+static doca_error_t memrange_settable(struct doca_mmap *mmap)
+{
+	doca_error_t rc = DOCA_SUCCESS;
+
+	pthread_mutex_lock(&mmap->lock);
+	if (mmap->started || mmap->remote)
+		rc = DOCA_ERROR_BAD_STATE;
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
+
+/* dmabuf (device memory, e.g. a GPU's): softdoca moves data with the CPU and
+ * cannot map a dmabuf's pages: NOT_SUPPORTED. */
+SD_EXPORT doca_error_t doca_mmap_set_dmabuf_memrange(struct doca_mmap *mmap, int dmabuf_fd, void *addr,
+						     size_t dmabuf_offset, size_t len)
+{
+	doca_error_t rc;
+
+	CHECK_MMAP(mmap);
+	if (dmabuf_fd < 0 || !addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr ||
+	    dmabuf_offset + len < dmabuf_offset)
+		return DOCA_ERROR_INVALID_VALUE;
+	rc = memrange_settable(mmap);
+	return rc != DOCA_SUCCESS ? rc : DOCA_ERROR_NOT_SUPPORTED;
+}
+
+/* DPA heap memory: no DPA in softdoca (no struct doca_dpa can exist). */
+SD_EXPORT doca_error_t doca_mmap_set_dpa_memrange(struct doca_mmap *mmap, struct doca_dpa *dpa, uint64_t dpa_addr,
+						  size_t len)
+{
+	doca_error_t rc;
+
+	CHECK_MMAP(mmap);
+	if (!dpa || len == 0 || dpa_addr + len < dpa_addr)
+		return DOCA_ERROR_INVALID_VALUE;
+	rc = memrange_settable(mmap);
+	return rc != DOCA_SUCCESS ? rc : DOCA_ERROR_NOT_SUPPORTED;
+}
+
+SD_EXPORT doca_error_t doca_mmap_set_free_cb(struct doca_mmap *mmap, doca_mmap_memrange_free_cb_t *free_cb,
+					     void *opaque)
+{
+	doca_error_t rc = DOCA_SUCCESS;
+
+	CHECK_MMAP(mmap);
+	if (!free_cb)
+		return DOCA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mmap->lock);
+	if (mmap->started || mmap->remote) {
+		rc = DOCA_ERROR_BAD_STATE;
+	} else {
+		mmap->free_cb = free_cb;
+		mmap->free_opaque = opaque;
+	}
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
+
+SD_EXPORT doca_error_t doca_mmap_get_max_num_devices(const struct doca_mmap *mmap, uint32_t *max_num_devices)
+{
+	CHECK_MMAP(mmap);
+	if (!max_num_devices)
+		return DOCA_ERROR_INVALID_VALUE;
+	*max_num_devices = mmap->max_devs;
+	return DOCA_SUCCESS;
+}
+
+/* A memory key is a NIC's (an mlx5 lkey/rkey for GPU or DPA work requests);
+ * softdoca's maps carry a 128-bit software key instead: NOT_SUPPORTED. */
+SD_EXPORT doca_error_t doca_mmap_get_mkey(const struct doca_mmap *mmap, const struct doca_dev *dev, uint32_t *mkey)
+{
+	CHECK_MMAP(mmap);
+	if (!dev || !mkey)
+		return DOCA_ERROR_INVALID_VALUE;
+	return DOCA_ERROR_NOT_SUPPORTED;
+}
+
+SD_EXPORT doca_error_t doca_mmap_get_num_bufs(const struct doca_mmap *mmap, uint32_t *num_bufs)
+{
+	CHECK_MMAP(mmap);
+	if (!num_bufs)
+		return DOCA_ERROR_INVALID_VALUE;
+	*num_bufs = (uint32_t)(atomic_load(&((struct doca_mmap *)mmap)->num_bufs) & ~SD_MMAP_DEAD);
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_mmap_get_exported(const struct doca_mmap *mmap, uint8_t *exported)
+{
+	CHECK_MMAP(mmap);
+	if (!exported)
+		return DOCA_ERROR_INVALID_VALUE;
+	*exported = mmap->exported ? 1 : 0;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_mmap_get_from_export(const struct doca_mmap *mmap, uint8_t *from_export)
+{
+	CHECK_MMAP(mmap);
+	if (!from_export)
+		return DOCA_ERROR_INVALID_VALUE;
+	*from_export = mmap->remote ? 1 : 0;
+	return DOCA_SUCCESS;
+}
+
+/* The token becomes the map's access key (zero-padded to SD_KEY_LEN bytes),
+ * checked by the target on every remote operation like the random key it
+ * replaces. softdoca keeps one key per map: a different token for a second
+ * device is NOT_SUPPORTED (the same token, or a new one for the same device,
+ * is accepted). */
+SD_EXPORT doca_error_t doca_mmap_set_export_access_token(struct doca_mmap *mmap, const struct doca_dev *dev,
+							 const uint8_t *token, size_t token_sz)
+{
+	uint8_t key[SD_KEY_LEN] = {0};
+	doca_error_t rc = DOCA_SUCCESS;
+
+	CHECK_MMAP(mmap);
+	if (!dev || !token || token_sz == 0 || token_sz > SD_KEY_LEN)
+		return DOCA_ERROR_INVALID_VALUE;
+	memcpy(key, token, token_sz);
+	pthread_mutex_lock(&mmap->lock);
+	if (mmap->remote || mmap->exported)
+		rc = DOCA_ERROR_NOT_PERMITTED;
+	else if (mmap->started)
+		rc = DOCA_ERROR_BAD_STATE;
+	else if (!has_dev(mmap, dev))
+		rc = DOCA_ERROR_NOT_FOUND;
+	else if (mmap->token_set && mmap->token_dev != dev && memcmp(mmap->token, key, SD_KEY_LEN) != 0)
+		rc = DOCA_ERROR_NOT_SUPPORTED;
+	if (rc == DOCA_SUCCESS) {
+		memcpy(mmap->token, key, SD_KEY_LEN);
+		if (!mmap->token_set)
+			mmap->token_dev = dev;
+		mmap->token_set = 1;
+	}
+	pthread_mutex_unlock(&mmap->lock);
+	return rc;
+}
+
+/* Capabilities of a soft device. */
+SD_EXPORT doca_error_t doca_mmap_cap_is_export_pci_supported(const struct doca_devinfo *devinfo, uint8_t *mmap_export)
+{
+	if (!devinfo || !mmap_export)
+		return DOCA_ERROR_INVALID_VALUE;
+	*mmap_export = 0;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_mmap_cap_is_create_from_export_pci_supported(const struct doca_devinfo *devinfo,
+									 uint8_t *from_export)
+{
+	if (!devinfo || !from_export)
+		return DOCA_ERROR_INVALID_VALUE;
+	*from_export = 0;
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_mmap_cap_get_max_export_access_token_size(const struct doca_devinfo *devinfo,
+								      size_t *max_sz)
+{
+	if (!devinfo || !max_sz)
+		return DOCA_ERROR_INVALID_VALUE;
+	*max_sz = SD_KEY_LEN;
+	return DOCA_SUCCESS;
+}
+
+/* softdoca's maps are always safe to use from several threads (a lock and
+ * atomic counters); what this changes is DOCA's documented contract:
+ * doca_mmap_destroy no longer fails while doca_bufs point into the map (the
+ * map's bookkeeping then lives on until the last of them is released). */
+SD_EXPORT doca_error_t doca_mmap_enable_thread_safety(struct doca_mmap *mmap)
+{
+	doca_error_t rc = DOCA_SUCCESS;
+
+	CHECK_MMAP(mmap);
+	pthread_mutex_lock(&mmap->lock);
+	if (mmap->started || atomic_load(&mmap->num_bufs) > 0)
+		rc = DOCA_ERROR_NOT_PERMITTED;
+	else
+		mmap->thread_safe = 1;
 	pthread_mutex_unlock(&mmap->lock);
 	return rc;
 }

@@ -142,6 +142,8 @@ static int ctx_pass(struct doca_pe *pe, int run_ops)
 	return did;
 }
 
+static void batch_task_done(struct doca_task *task);
+
 static int deliver_completions(struct doca_pe *pe)
 {
 	struct doca_task *batch, *t, *last = NULL;
@@ -169,7 +171,10 @@ static int deliver_completions(struct doca_pe *pe)
 		t->cq_next = NULL;
 		t->in_flight = 0;
 		atomic_fetch_sub(&ctx->inflight, 1);
-		t->ops->invoke(t, t->status == DOCA_SUCCESS);
+		if (t->batch)
+			batch_task_done(t); /* the batch's callback, once all its tasks are done */
+		else
+			t->ops->invoke(t, t->status == DOCA_SUCCESS);
 		t = next;
 	}
 	return n;
@@ -227,6 +232,18 @@ SD_EXPORT doca_error_t doca_pe_get_notification_handle(const struct doca_pe *pe,
 		return DOCA_ERROR_INVALID_VALUE;
 	*handle = pe->efd;
 	return DOCA_SUCCESS;
+}
+
+/* DOCA declares this for Windows only (an I/O completion port handed to the
+ * engine) and documents DOCA_ERROR_NOT_SUPPORTED on other systems: softdoca
+ * exports it with that answer; the Linux headers (and cdefs/) do not declare it. */
+SD_EXPORT doca_error_t doca_pe_set_notification_handle(struct doca_pe *pe, doca_notification_handle_t handle,
+						       union doca_data completion_key)
+{
+	(void)handle;
+	(void)completion_key;
+	CHECK_PE(pe);
+	return DOCA_ERROR_NOT_SUPPORTED;
 }
 
 SD_EXPORT doca_error_t doca_pe_clear_notification(struct doca_pe *pe, doca_notification_handle_t handle)
@@ -433,4 +450,229 @@ SD_EXPORT union doca_data doca_task_get_user_data(const struct doca_task *task)
 SD_EXPORT struct doca_ctx *doca_task_get_ctx(const struct doca_task *task)
 {
 	return task ? task->ctx : NULL;
+}
+
+/* ---------------------------------------------------------------- task batches
+ * N tasks of one ctx submitted as one unit, completed by one callback
+ * (softdoca_ext.h: softdoca_task_batch_allocate). The batch's fields are
+ * written by the submitting thread before its tasks go out and by
+ * doca_pe_progress while they come back. */
+
+static int batch_live(const struct doca_task_batch *b)
+{
+	return b && sd_handle_live_kind(b, SD_H_TASK_BATCH);
+}
+
+/* Called by deliver_completions for a task of a batch (ctx inflight already dropped). */
+static void batch_task_done(struct doca_task *task)
+{
+	struct doca_task_batch *b = task->batch;
+	softdoca_task_batch_completion_cb_t cb;
+	union doca_data cud = {.u64 = 0};
+
+	task->batch = NULL;
+	b->status[task->batch_idx] = task->status;
+	if (atomic_fetch_sub(&b->remaining, 1) != 1)
+		return;
+	b->result = DOCA_SUCCESS;
+	for (uint16_t i = 0; i < b->num; i++) {
+		if (b->status[i] != DOCA_SUCCESS) {
+			b->result = b->status[i];
+			break;
+		}
+	}
+	b->in_flight = 0;
+	if (sd_handle_live_kind(b->ctx, SD_H_CTX))
+		cud = b->ctx->user_data;
+	cb = b->result == DOCA_SUCCESS ? b->ok_cb : b->err_cb;
+	/* the callback may free or resubmit the batch: nothing touches it after */
+	cb(b, b->num, cud, b->user_data, b->tasks, b->status);
+}
+
+SD_EXPORT doca_error_t softdoca_task_batch_allocate(struct doca_ctx *ctx, uint16_t tasks_num,
+						    union doca_data task_batch_user_data,
+						    softdoca_task_batch_completion_cb_t success_cb,
+						    softdoca_task_batch_completion_cb_t error_cb,
+						    struct doca_task ***task_array, struct doca_task_batch **task_batch)
+{
+	struct doca_task_batch *b;
+
+	if (!ctx || !success_cb || !error_cb || !task_array || !task_batch || tasks_num == 0 ||
+	    tasks_num > SD_TASK_BATCH_MAX)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (!sd_handle_live_kind(ctx, SD_H_CTX))
+		return DOCA_ERROR_BAD_STATE;
+	if (!ctx->pe)
+		return DOCA_ERROR_NOT_CONNECTED;
+	if (ctx->state != DOCA_CTX_STATE_RUNNING)
+		return DOCA_ERROR_BAD_STATE;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return DOCA_ERROR_NO_MEMORY;
+	b->tasks = calloc(tasks_num, sizeof(*b->tasks));
+	b->status = calloc(tasks_num, sizeof(*b->status));
+	if (!b->tasks || !b->status || sd_handle_add_kind(b, SD_H_TASK_BATCH) != 0) {
+		free(b->tasks);
+		free(b->status);
+		free(b);
+		return DOCA_ERROR_NO_MEMORY;
+	}
+	b->ctx = ctx;
+	b->num = tasks_num;
+	b->user_data = task_batch_user_data;
+	b->ok_cb = success_cb;
+	b->err_cb = error_cb;
+	b->result = DOCA_SUCCESS;
+	atomic_init(&b->remaining, 0);
+	*task_array = b->tasks;
+	*task_batch = b;
+	return DOCA_SUCCESS;
+}
+
+/* Validate and submit; with nothing submitted on failure. */
+static doca_error_t batch_submit(struct doca_task_batch *b)
+{
+	struct doca_ctx *ctx;
+	doca_error_t rc = DOCA_SUCCESS;
+	uint16_t i;
+
+	if (!b)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (!batch_live(b) || b->in_flight)
+		return DOCA_ERROR_BAD_STATE;
+	ctx = b->ctx;
+	if (!sd_handle_live_kind(ctx, SD_H_CTX) || ctx->state != DOCA_CTX_STATE_RUNNING)
+		return DOCA_ERROR_BAD_STATE;
+	/* every slot: a distinct idle task of this ctx (batch marks catch duplicates) */
+	for (i = 0; i < b->num; i++) {
+		struct doca_task *t = b->tasks[i];
+
+		if (!t || t->ctx != ctx || !t->ops || t->in_flight || t->batch) {
+			while (i-- > 0)
+				b->tasks[i]->batch = NULL;
+			return DOCA_ERROR_INVALID_VALUE;
+		}
+		t->batch = b;
+		t->batch_idx = i;
+	}
+	for (i = 0; i < b->num; i++)
+		b->status[i] = DOCA_ERROR_IN_PROGRESS;
+	b->result = DOCA_ERROR_IN_PROGRESS;
+	b->in_flight = 1;
+	atomic_store(&b->remaining, b->num);
+	/* one unit: the doorbell rings with the last task */
+	for (i = 0; i < b->num; i++) {
+		sd_submit_flags = i + 1 == b->num ? DOCA_TASK_SUBMIT_FLAG_FLUSH : DOCA_TASK_SUBMIT_FLAG_NONE;
+		rc = sd_task_submit(b->tasks[i]);
+		if (rc != DOCA_SUCCESS)
+			break;
+	}
+	sd_submit_flags = DOCA_TASK_SUBMIT_FLAG_FLUSH;
+	if (rc == DOCA_SUCCESS)
+		return DOCA_SUCCESS;
+	if (i == 0) { /* nothing went out: the application keeps the batch */
+		for (uint16_t j = 0; j < b->num; j++) {
+			b->tasks[j]->batch = NULL;
+			b->status[j] = DOCA_SUCCESS;
+		}
+		b->in_flight = 0;
+		b->result = rc;
+		return rc;
+	}
+	/* Tasks 0..i-1 are in flight: ring their doorbell, and complete the
+	 * rest with the submit error through the pe, so that the batch's error
+	 * callback reports them (the batch belongs to softdoca now). */
+	if (ctx->ops->flush)
+		ctx->ops->flush(ctx);
+	for (uint16_t j = i; j < b->num; j++) {
+		struct doca_task *t = b->tasks[j];
+
+		atomic_fetch_add(&ctx->inflight, 1);
+		t->in_flight = 1;
+		sd_task_complete(t, rc);
+	}
+	return DOCA_SUCCESS;
+}
+
+SD_EXPORT doca_error_t doca_task_batch_submit(struct doca_task_batch *task_batch)
+{
+	return batch_submit(task_batch);
+}
+
+SD_EXPORT doca_error_t doca_task_batch_try_submit(struct doca_task_batch *task_batch)
+{
+	return batch_submit(task_batch);
+}
+
+/* Frees the batch and the tasks in it (they belong to the batch). */
+SD_EXPORT void doca_task_batch_free(struct doca_task_batch *task_batch)
+{
+	struct doca_task_batch *b = task_batch;
+	int ctx_live;
+
+	if (!batch_live(b))
+		return;
+	ctx_live = sd_handle_live_kind(b->ctx, SD_H_CTX);
+	if (b->in_flight && ctx_live) {
+		SD_WARN("doca_task_batch_free on batch %p that is still in flight: ignored", (void *)b);
+		return;
+	}
+	sd_handle_del(b);
+	/* a destroyed ctx took its tasks with it */
+	for (uint16_t i = 0; ctx_live && i < b->num; i++) {
+		struct doca_task *t = b->tasks[i];
+		int dup = 0;
+
+		for (uint16_t j = 0; t && j < i && !dup; j++)
+			dup = b->tasks[j] == t;
+		if (!t || dup || t->ctx != b->ctx)
+			continue;
+		if (t->batch == b)
+			t->batch = NULL;
+		doca_task_free(t);
+	}
+	free(b->tasks);
+	free(b->status);
+	free(b);
+}
+
+SD_EXPORT doca_error_t doca_task_batch_get_status(const struct doca_task_batch *task_batch)
+{
+	if (!task_batch)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (!batch_live(task_batch))
+		return DOCA_ERROR_BAD_STATE;
+	return task_batch->result;
+}
+
+SD_EXPORT void doca_task_batch_set_user_data(struct doca_task_batch *task_batch, union doca_data user_data)
+{
+	if (batch_live(task_batch))
+		task_batch->user_data = user_data;
+}
+
+SD_EXPORT union doca_data doca_task_batch_get_user_data(const struct doca_task_batch *task_batch)
+{
+	union doca_data d = {.u64 = 0};
+
+	return batch_live(task_batch) ? task_batch->user_data : d;
+}
+
+SD_EXPORT struct doca_ctx *doca_task_batch_get_ctx(const struct doca_task_batch *task_batch)
+{
+	return batch_live(task_batch) ? task_batch->ctx : NULL;
+}
+
+SD_EXPORT union doca_data doca_task_batch_get_ctx_user_data(const struct doca_task_batch *task_batch)
+{
+	union doca_data d = {.u64 = 0};
+
+	if (batch_live(task_batch) && sd_handle_live_kind(task_batch->ctx, SD_H_CTX))
+		d = task_batch->ctx->user_data;
+	return d;
+}
+
+SD_EXPORT uint16_t doca_task_batch_get_tasks_num(struct doca_task_batch *task_batch)
+{
+	return batch_live(task_batch) ? task_batch->num : 0;
 }

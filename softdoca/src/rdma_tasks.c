@@ -29,6 +29,7 @@
  * Tasks on a connection whose handshake is still running wait for it.
  */
 #include "rdma.h"
+#include "rdma_sync_event.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -233,7 +234,7 @@ doca_error_t sd_rdma_pools_create(struct doca_rdma *rdma)
 		rdma->pool[i] = fresh[i];
 	}
 	pthread_mutex_unlock(&rdma->pool_lock);
-	return DOCA_SUCCESS;
+	return sd_rdma_se_pools_create(rdma); /* remote-net sync-event task pools (rdma_sync_event.c) */
 }
 
 void sd_rdma_pools_destroy(struct doca_rdma *rdma)
@@ -247,6 +248,7 @@ void sd_rdma_pools_destroy(struct doca_rdma *rdma)
 		rdma->retired = p->next;
 		pool_free(p);
 	}
+	sd_rdma_se_destroy(rdma);
 }
 
 doca_error_t sd_rtask_set_conf(struct doca_rdma *rdma, enum sd_task_type type, sd_fnptr ok, sd_fnptr err,
@@ -286,6 +288,13 @@ doca_error_t sd_rtask_alloc(struct doca_rdma *rdma, enum sd_task_type type, stru
 	pthread_mutex_unlock(&rdma->pool_lock);
 	if (!t)
 		return DOCA_ERROR_NO_MEMORY;
+	sd_rtask_reset(t, rdma, conn, ud);
+	*(struct sd_rtask **)out = t;
+	return DOCA_SUCCESS;
+}
+
+void sd_rtask_reset(struct sd_rtask *t, struct doca_rdma *rdma, struct doca_rdma_connection *conn, union doca_data ud)
+{
 	memset(&t->base, 0, sizeof(t->base));
 	t->base.ops = &rtask_ops;
 	t->base.ctx = &rdma->ctx;
@@ -304,8 +313,6 @@ doca_error_t sd_rtask_alloc(struct doca_rdma *rdma, enum sd_task_type type, stru
 	memset(&t->tx, 0, sizeof(t->tx));
 	t->iovn = 0;
 	t->xfer_len = 0;
-	*(struct sd_rtask **)out = t;
-	return DOCA_SUCCESS;
 }
 
 /* ---------------------------------------------------------------- task ops */
@@ -615,9 +622,19 @@ static doca_error_t rtask_submit(struct doca_task *task)
 	return rc;
 }
 
+doca_error_t sd_rtask_submit(struct doca_task *task)
+{
+	return rtask_submit(task);
+}
+
+void sd_rtask_release(struct doca_task *task)
+{
+	rtask_release(task);
+}
+
 const char *sd_rtask_detail(const struct doca_task *task)
 {
-	if (!task || task->ops != &rtask_ops)
+	if (!task || (task->ops != &rtask_ops && !sd_rdma_se_is_task(task)))
 		return NULL;
 	return ((const struct sd_rtask *)task)->detail;
 }
