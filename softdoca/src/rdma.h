@@ -1,25 +1,47 @@
 /*
  * softdoca RDMA: private structures shared by the rdma modules.
  *
- * Module map, lowest layer first:
- *   rdma_engine.c    the engine thread (epoll loop, timers, adaptive spin),
- *                    the engine lock with its completion batch, rx framing
- *                    (staging buffer, direct payload reads), inline polling
- *   rdma_link.c      links: tx queue, control-frame blobs, gather sendmsg,
- *                    the submit doorbell (FLUSH / deferral), close / drain
- *   rdma_wire.c      wire header codec, data operations (responder/requester)
+ * Module map, lowest layer first. A module calls only modules of its own
+ * layer or of the layers below it (tests/test_softdoca_layers.py checks it
+ * with nm); a lower layer reaches an upper one only through the handlers the
+ * upper one registers with it. The core modules (internal.h) are below all.
+ * 1 engine services
+ *   rdma_engine.c    the engine lock and its completion batch (the
+ *                    task-completion hand-off), the engine's epoll set and
+ *                    its wake-up (sd_eng_kick), the engine timeout, the
+ *                    live-object counters
+ * 2 links
+ *   rdma_link.c      frame header codec; links: tx queue, control-frame
+ *                    blobs, gather sendmsg, the submit doorbell (FLUSH /
+ *                    deferral), close / drain, freeing closed links. A link
+ *                    reports to its owner through the struct sd_link_ops
+ *                    given to sd_link_new
+ * 3 rx framing
+ *   rdma_rx.c        reads: staging buffer, direct payload reads; hands each
+ *                    frame to the link's on_header / on_payload_done
+ * 4 engine thread
+ *   rdma_loop.c      the epoll loop, adaptive spin, link readiness (connect
+ *                    completion, rx, tx), keepalive and park timers, inline
+ *                    polling, ctx attach / detach. It serves listeners
+ *                    through their sd_ep.on_event and the connections of a
+ *                    context through rdma->eng_ops (struct sd_rdma_ops)
+ * 5 connections, data operations, tasks, context (these call one another)
+ *   rdma_wire.c      data operations (responder / requester), RNR parking,
+ *                    error details of refused operations
  *   rdma_xport.c     same-host transport: registration table, cross-memory
  *                    attach for one-sided writes/reads, softdoca_transport_name
  *   rdma_conn.c      connection objects, export/connect (OOB) handshake,
- *                    HELLO / CM frames, deadlines, disconnect
+ *                    HELLO / CM frames, deadlines, disconnect; the handlers
+ *                    of this layer: sd_conn_link_ops (given to every link)
+ *                    and sd_conn_rdma_ops (installed on a context with its
+ *                    first connection or listener)
  *   rdma_cm.c        sockets, listeners, RDMA CM calls (listen / accept /
  *                    reject / connect_to_addr), address objects
  *   rdma_tasks.c     task pools, validation, submit
- *   rdma_task_api.c  per-type public task API
+ *   rdma_sync_event.c  remote-net sync-event tasks (over the data operations)
  *   rdma_ctx.c       context, configuration, capabilities, event delivery
- * Known layering debt: the engine still calls up into the wire and
- * connection modules by name (sd_wire_on_header, sd_conn_on_connected,
- * sd_listener_on_accept) instead of handlers they register.
+ * 6 task API
+ *   rdma_task_api.c  per-type public task API
  *
  * Locking: one process-wide engine lock (sd_eng_lock) protects every runtime
  * field of every started doca_rdma (connections, links, queues, listeners).
@@ -40,6 +62,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <arpa/inet.h>
+
+struct epoll_event;
 
 /* ---------------------------------------------------------------- limits */
 #define SD_RDMA_MAX_MSG (1u << 30)          /* max message size (1 GiB) */
@@ -151,8 +175,9 @@ struct sd_hdr {
 	uint64_t arg0, arg1;
 };
 
+/* Header codec (rdma_link.c). Decoding is strict: 0 on success, -1 on a
+ * malformed header. */
 void sd_hdr_encode(const struct sd_hdr *h, uint8_t out[SD_HDR_LEN]);
-/* Strict: 0 on success, -1 on a malformed header. */
 int sd_hdr_decode(const uint8_t in[SD_HDR_LEN], struct sd_hdr *h);
 
 /* Connection details blob (doca_rdma_export), little-endian:
@@ -249,11 +274,13 @@ struct sd_pool {
 	struct iovec *iovs;
 };
 
-/* epoll registrations */
+/* epoll registrations (sd_eng_ep_add). The engine thread serves its eventfd
+ * and links itself; any other kind through its on_event handler. */
 enum { SD_EP_EVENTFD = 1, SD_EP_LISTENER, SD_EP_LINK };
 struct sd_ep {
 	int kind;
 	int fd;
+	void (*on_event)(struct sd_ep *ep, uint32_t events);
 };
 
 struct sd_listener {
@@ -278,9 +305,33 @@ enum sd_rx_action {
 	SD_RXA_CTRL,      /* small control payload into ctrl_buf */
 };
 
+struct sd_link;
+
+/* What a link reports to its owner, the connection layer, which hands these
+ * handlers to sd_link_new. Every member is set; engine lock held. */
+struct sd_link_ops {
+	/* The outgoing TCP connect of link completed (err 0) or failed (errno). */
+	void (*on_connected)(struct sd_link *link, int err);
+	/* A frame header was decoded into link->rx: say where its payload goes
+	 * (rx_iov / rx_discard). -1: close the link with *st. */
+	int (*on_header)(struct sd_link *link, doca_error_t *st);
+	/* The payload of that frame was received (or drained). -1: close. */
+	int (*on_payload_done)(struct sd_link *link, doca_error_t *st);
+	/* The message parked on link outlived its RNR budget. */
+	void (*on_park_expired)(struct sd_link *link);
+	/* link closes or drains: let go of the frame being received, failing
+	 * its receive with status. */
+	void (*on_abort_rx)(struct sd_link *link, doca_error_t status);
+	/* link no longer carries conn (closed or drained with status). */
+	void (*on_detached)(struct sd_link *link, struct doca_rdma_connection *conn, doca_error_t status);
+	/* link is about to be freed. */
+	void (*on_free)(struct sd_link *link);
+};
+
 /* A TCP connection between two engines. */
 struct sd_link {
 	struct sd_ep ep;
+	const struct sd_link_ops *ops;     /* its owner's handlers */
 	struct doca_rdma *rdma;
 	struct doca_rdma_connection *conn; /* NULL while an incoming link is unidentified */
 	struct sd_link *next;              /* rdma->links */
@@ -396,6 +447,20 @@ struct sd_task_conf {
 
 #define SD_RDMA_MAGIC 0x52444d41u
 
+/* What the engine thread asks of the connection layer for a started context
+ * (rdma->eng_ops, installed with the context's first connection or
+ * listener: until then there is nothing for it to do). Engine lock held. */
+struct sd_rdma_ops {
+	/* Act on the deadlines of its connections and listeners that passed at
+	 * now; returns the next one (0: none). */
+	uint64_t (*timers)(struct doca_rdma *rdma, uint64_t now);
+	/* Receives were posted while messages wait parked: hand them over. */
+	void (*deliver_parked)(struct doca_rdma *rdma);
+	/* ctx stop, once its links are closed: close its connections (no
+	 * events) and listeners. */
+	void (*detach)(struct doca_rdma *rdma, doca_error_t status);
+};
+
 struct doca_rdma {
 	uint32_t magic;          /* keeps the ctx at a different address than rdma */
 	struct doca_ctx ctx;
@@ -424,6 +489,7 @@ struct doca_rdma {
 	struct sd_pool *retired;
 	/* runtime, engine lock */
 	int running;
+	const struct sd_rdma_ops *eng_ops;    /* the connection layer's handlers (NULL: none yet) */
 	struct doca_rdma *eng_next;
 	struct doca_rdma_connection *conns;
 	uint32_t next_conn_id;
@@ -440,7 +506,7 @@ struct doca_rdma {
 	struct sd_event *ev_head, *ev_tail;
 };
 
-/* ---------------------------------------------------------------- engine (rdma_engine.c) */
+/* ---------------------------------------------------------------- engine services (rdma_engine.c) */
 /* Engine lock. sd_eng_unlock first hands the completions collected while it
  * was held to their progress engines (one batch, one notification each). */
 void sd_eng_lock(void);
@@ -449,65 +515,98 @@ void sd_eng_unlock(void);
 /* Complete a task: batched while this thread holds the engine lock. */
 void sd_eng_complete(struct doca_task *task, doca_error_t status);
 void sd_eng_flush_completions(void);
+/* SOFTDOCA_TIMEOUT_MS in nanoseconds (at least 100 ms). */
+uint64_t sd_eng_timeout_ns(void);
+/* The engine's epoll set with its wake-up eventfd: opened when the engine
+ * thread starts, closed once it has been joined (engine lock held). */
+int sd_eng_ep_open(void);
+void sd_eng_ep_close(void);
+/* epoll_wait on it: the engine thread, without the engine lock. */
+int sd_eng_ep_wait(struct epoll_event *evs, int max, int timeout_ms);
+/* Register / change / remove ep (engine lock held): fail or do nothing while
+ * no engine thread runs. */
+int sd_eng_ep_add(struct sd_ep *ep, uint32_t events);
+void sd_eng_ep_mod(struct sd_ep *ep, uint32_t events);
+void sd_eng_ep_del(struct sd_ep *ep);
+/* Wake the engine thread. */
+void sd_eng_kick(void);
+/* The earlier of two deadlines, 0 meaning none. */
+static inline uint64_t sd_min_deadline(uint64_t a, uint64_t b)
+{
+	if (!a)
+		return b;
+	if (!b)
+		return a;
+	return a < b ? a : b;
+}
+
+/* ---------------------------------------------------------------- links (rdma_link.c) */
+/* Engine lock held everywhere. A new link is registered with the engine and
+ * reports to ops (struct sd_link_ops). */
+struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting, const struct sd_link_ops *ops);
+/* Tear the link down: every task queued or outstanding on it completes with
+ * status; the link is freed at the end of the engine's turn. */
+void sd_link_close(struct sd_link *link, doca_error_t status);
+/* Break the connection of link as an RNR-retry-exceeded / reject does: the
+ * connection fails now (status, callbacks), while the link still flushes the
+ * frames already queued (e.g. the final response) before it closes. */
+void sd_link_drain(struct sd_link *link, doca_error_t status);
+/* Free the links closed so far (end of an engine turn). */
+void sd_link_free_closed(void);
+void sd_link_queue(struct sd_link *link, struct sd_txitem *it);
+/* Queue a control frame with an optional small payload (copied). */
+int sd_link_send_ctrl(struct sd_link *link, const struct sd_hdr *h, const void *payload, size_t len);
+void sd_link_flush(struct sd_link *link);
+/* Same, returns -1 on a fatal socket error (engine thread closes the link). */
+int sd_link_flush_rc(struct sd_link *link);
+/* The doorbell of a flushing submit on link (see rdma_link.c). */
+void sd_link_submit_flush(struct doca_rdma *rdma, struct sd_link *link);
+void sd_link_update_events(struct sd_link *link);
+void sd_link_set_rx_paused(struct sd_link *link, int paused);
+/* Have the engine process staged rx bytes of a link that was unpaused. */
+void sd_link_rx_kick(struct sd_link *link);
+/* Record why link broke (first reason wins). */
+void sd_link_set_why(struct sd_link *link, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---------------------------------------------------------------- rx framing (rdma_rx.c) */
+/* Read what the socket of link holds, frame by frame, into the places its
+ * handlers name (engine lock held). -1: close the link with *st. */
+int sd_rx_read(struct sd_link *link, doca_error_t *st);
+
+/* ---------------------------------------------------------------- engine thread (rdma_loop.c) */
 /* Read waiting responses of rdma's links on the calling thread (doca_pe_progress). */
 void sd_eng_poll(struct doca_rdma *rdma);
 /* Default of SOFTDOCA_SPIN_US (engine thread) and SOFTDOCA_POLL_SPIN_US (progress engine waits). */
 #define SD_SPIN_US_DEFAULT 0
-/* Process staged rx bytes of a link that was unpaused (engine lock held). */
-void sd_link_rx_kick(struct sd_link *l);
 /* A doca_rdma was created / destroyed: the engine thread lives while any exists. */
 void sd_eng_rdma_created(void);
 void sd_eng_rdma_destroyed(void);
 /* ctx start: make the engine run and track rdma. Engine lock NOT held. */
 doca_error_t sd_eng_attach(struct doca_rdma *rdma);
-/* ctx stop: tear down every link / listener of rdma, fail its tasks with
- * status. Engine lock held. */
+/* ctx stop: tear down every link / connection / listener of rdma, fail its
+ * tasks with status. Engine lock held. */
 void sd_eng_detach_locked(struct doca_rdma *rdma, doca_error_t status);
-void sd_eng_kick(void);
-uint64_t sd_eng_timeout_ns(void);
-int sd_eng_ep_add(struct sd_ep *ep, uint32_t events);
-void sd_eng_ep_mod(struct sd_ep *ep, uint32_t events);
-void sd_eng_ep_del(struct sd_ep *ep);
 
-/* links (engine lock held) */
-struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting);
-/* Tear the link down: every task queued or outstanding on it completes with
- * status; the link is freed by the engine later. */
-void sd_link_close(struct sd_link *link, doca_error_t status);
-void sd_link_queue(struct sd_link *link, struct sd_txitem *it);
-/* Queue a control frame with an optional small payload (copied). */
-int sd_link_send_ctrl(struct sd_link *link, const struct sd_hdr *h, const void *payload, size_t len);
-void sd_link_flush(struct sd_link *link);
-/* The doorbell of a flushing submit on link (see rdma_link.c). */
-void sd_link_submit_flush(struct doca_rdma *rdma, struct sd_link *link);
-/* Same, returns -1 on a fatal socket error (engine thread closes the link). */
-int sd_link_flush_rc(struct sd_link *link);
-void sd_link_update_events(struct sd_link *link);
-/* Hand a closed link to the engine, which frees it at the end of its turn. */
-void sd_eng_bury(struct sd_link *link);
-/* Frame processing of an established link (rdma_wire.c). Returns -1 when the
- * link must be closed (status in *st). */
+/* ---------------------------------------------------------------- data operations (rdma_wire.c) */
+/* The sd_link_ops handlers of an established link's frames, RNR parking and
+ * the posted receives waiting messages (engine lock held). */
 int sd_wire_on_header(struct sd_link *link, doca_error_t *st);
 int sd_wire_on_payload_done(struct sd_link *link, doca_error_t *st);
 void sd_wire_deliver_parked(struct doca_rdma *rdma);
 void sd_wire_park_expired(struct sd_link *link);
 void sd_wire_abort_rx(struct sd_link *link, doca_error_t status);
-void sd_link_set_rx_paused(struct sd_link *link, int paused);
-void sd_wire_drop_item(struct sd_txitem *it);
-/* Break the connection of link as an RNR-retry-exceeded / reject does: the
- * connection fails now (status, callbacks), while the link still flushes the
- * frames already queued (e.g. the final response) before it closes. */
-void sd_link_drain(struct sd_link *link, doca_error_t status);
 
 /* ---------------------------------------------------------------- connections (rdma_conn.c) */
+/* The connection layer's handlers: given to every link it makes, installed
+ * on every context it makes a connection or listener for. */
+extern const struct sd_link_ops sd_conn_link_ops;
+extern const struct sd_rdma_ops sd_conn_rdma_ops;
 /* Handshake frames (engine lock held). Returns -1 to close the link. */
 int sd_conn_on_handshake(struct sd_link *link, const struct sd_hdr *h, const uint8_t *payload);
 /* The outgoing TCP connect of link completed (err 0) or failed. */
 void sd_conn_on_connected(struct sd_link *link, int err);
 /* The link was lost/closed with status; update the connection, queue events. */
 void sd_conn_on_link_closed(struct doca_rdma_connection *conn, doca_error_t status, int notify);
-/* Handshake deadline checks; returns the next deadline (0: none). */
-uint64_t sd_conn_check_deadlines(struct doca_rdma *rdma, uint64_t now);
 void sd_conn_established(struct doca_rdma_connection *conn);
 void sd_conn_fail_waiting(struct doca_rdma_connection *conn, doca_error_t status);
 void sd_conn_free_all(struct doca_rdma *rdma);
@@ -518,11 +617,8 @@ void sd_conn_ref(struct doca_rdma_connection *conn);
 void sd_conn_unref(struct doca_rdma_connection *conn);
 /* Is conn a live connection object (not freed)? */
 int sd_conn_live(const struct doca_rdma_connection *conn);
-/* Record why conn / link broke (first reason wins; printf-style). */
+/* Record why conn broke (first reason wins). */
 void sd_conn_set_why(struct doca_rdma_connection *conn, const char *why);
-void sd_link_set_why(struct sd_link *link, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sd_listener_close(struct sd_listener *l);
-void sd_listener_on_accept(struct sd_listener *l);
 /* Private data received with the CM accept (requester side); NULL if none. */
 const uint8_t *sd_rdma_conn_private_data(const struct doca_rdma_connection *conn, uint8_t *len);
 /* Why a connection failed (for logs and tests). */
@@ -533,6 +629,9 @@ void sd_sock_tune(int fd);
 socklen_t sd_dev_sockaddr(const struct doca_devinfo *info, int v6, uint16_t port, struct sockaddr_storage *ss);
 void sd_addr_from_sockaddr(struct doca_rdma_addr *a, const struct sockaddr_storage *ss, socklen_t len);
 int sd_open_listener(struct doca_rdma *rdma, int v6, uint16_t port, int oob, doca_error_t *err);
+void sd_listener_close(struct sd_listener *l);
+/* Resume listeners paused after a resource error; returns the next retry (0: none). */
+uint64_t sd_listener_timers(struct doca_rdma *rdma, uint64_t now);
 int sd_rdma_ctx_usable(struct doca_rdma *rdma);
 /* BAD_STATE when the ctx cannot take connections, FULL at max_num_connections. */
 doca_error_t sd_rdma_conn_slot_check(struct doca_rdma *rdma);

@@ -1,7 +1,9 @@
 /*
  * softdoca RDMA CM flavour and sockets: listeners, the RDMA CM calls
  * (listen / accept / reject / connect_to_addr) and address objects. The
- * handshake itself is in rdma_conn.c.
+ * handshake itself is in rdma_conn.c. The engine thread serves a listener
+ * through its sd_ep.on_event handler; links it accepts get the connection
+ * layer's handlers (sd_conn_link_ops).
  *
  * Sockets: non-blocking, close-on-exec, TCP_NODELAY, keepalive (idle T/3,
  * interval T/6, 3 probes) and TCP_USER_TIMEOUT T, where T is
@@ -78,6 +80,8 @@ void sd_addr_from_sockaddr(struct doca_rdma_addr *a, const struct sockaddr_stora
 	}
 }
 
+static void listener_on_event(struct sd_ep *ep, uint32_t events);
+
 int sd_open_listener(struct doca_rdma *rdma, int v6, uint16_t port, int oob, doca_error_t *err)
 {
 	struct sockaddr_storage ss;
@@ -106,6 +110,7 @@ int sd_open_listener(struct doca_rdma *rdma, int v6, uint16_t port, int oob, doc
 	}
 	l->ep.kind = SD_EP_LISTENER;
 	l->ep.fd = fd;
+	l->ep.on_event = listener_on_event;
 	l->rdma = rdma;
 	l->port = port;
 	l->oob = oob;
@@ -116,6 +121,7 @@ int sd_open_listener(struct doca_rdma *rdma, int v6, uint16_t port, int oob, doc
 		return -1;
 	}
 	SD_LIVE_INC(SD_LIVE_LISTENER);
+	rdma->eng_ops = &sd_conn_rdma_ops; /* the engine now has work of ours to do for rdma */
 	l->next = rdma->listeners;
 	rdma->listeners = l;
 	if (oob)
@@ -141,8 +147,10 @@ void sd_listener_close(struct sd_listener *l)
 	free(l);
 }
 
-void sd_listener_on_accept(struct sd_listener *lst)
+/* Readable listener: accept what waits (epoll registration, engine thread). */
+static void listener_on_event(struct sd_ep *ep, uint32_t events SD_UNUSED)
 {
+	struct sd_listener *lst = (struct sd_listener *)ep;
 	uint64_t T = sd_eng_timeout_ns(), req = (uint64_t)lst->rdma->timeout_ms * 1000000ull;
 
 	for (int i = 0; i < 64; i++) {
@@ -159,7 +167,7 @@ void sd_listener_on_accept(struct sd_listener *lst)
 			return;
 		}
 		sd_sock_tune(fd);
-		l = sd_link_new(lst->rdma, fd, 0);
+		l = sd_link_new(lst->rdma, fd, 0, &sd_conn_link_ops);
 		if (!l) {
 			close(fd);
 			continue;
@@ -167,6 +175,20 @@ void sd_listener_on_accept(struct sd_listener *lst)
 		l->from_listener = lst->oob ? 1 : 2;
 		l->deadline_ns = sd_now_ns() + (req > T ? req : T);
 	}
+}
+
+uint64_t sd_listener_timers(struct doca_rdma *rdma, uint64_t now)
+{
+	uint64_t next = 0;
+
+	for (struct sd_listener *ls = rdma->listeners; ls; ls = ls->next) {
+		if (ls->retry_ns && now >= ls->retry_ns) {
+			ls->retry_ns = 0;
+			sd_eng_ep_mod(&ls->ep, EPOLLIN);
+		}
+		next = sd_min_deadline(next, ls->retry_ns);
+	}
+	return next;
 }
 
 /* ---------------------------------------------------------------- CM API */

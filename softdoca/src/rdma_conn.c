@@ -1,9 +1,12 @@
 /*
  * softdoca RDMA connections: connection objects and their lifetime, the
- * out-of-band export/connect pairing, the handshake frames of both flavours
- * (HELLO / HELLO_ACK, CM_REQ / CM_ACCEPT / CM_REJECT / CM_RTU), deadlines,
- * disconnect. The RDMA CM calls themselves (listen / accept / reject /
- * connect_to_addr), listeners and address objects live in rdma_cm.c.
+ * out-of-band export/connect calls, dialing, the handshake frames of both
+ * flavours (HELLO / HELLO_ACK, CM_REQ / CM_ACCEPT / CM_REJECT / CM_RTU),
+ * handshake deadlines, disconnect, and the handlers this layer registers
+ * with the engine: sd_conn_link_ops on every link, sd_conn_rdma_ops on every
+ * context with a connection or listener. Listeners, sockets, address objects
+ * and the RDMA CM calls (listen / accept / reject / connect_to_addr) are in
+ * rdma_cm.c.
  *
  * Export/connect pairing: doca_rdma_export creates a connection with a random
  * 128-bit token and returns a CRC-protected blob (rdma.h) naming this
@@ -17,13 +20,16 @@
  * then established. Every handshake is bounded by the connection request
  * timeout.
  *
- * RDMA CM handshake: the client dials the listener and sends CM_REQ; the
- * server's request callback decides: CM_ACCEPT (with private data, kept on
- * the client's connection) answered by CM_RTU, or CM_REJECT. A request left
- * undecided is rejected after max(connection request timeout,
- * SOFTDOCA_TIMEOUT_MS). Connections beyond max_num_connections are rejected
- * automatically (doca_rdma_export and doca_rdma_connect_to_addr return
- * DOCA_ERROR_FULL).
+ * RDMA CM handshake frames: once connected, the client's link sends CM_REQ;
+ * the server makes a connection in the REQUESTED state and queues the
+ * request event for the application to accept or reject (rdma_cm.c), or
+ * rejects at once when max_num_connections are in use. CM_ACCEPT (with
+ * private data, kept on the client's connection) is answered by CM_RTU;
+ * CM_REJECT fails the client's connection. A request left undecided is
+ * rejected after max(connection request timeout, SOFTDOCA_TIMEOUT_MS). New
+ * connections beyond max_num_connections are refused with DOCA_ERROR_FULL
+ * (sd_rdma_conn_slot_check, for doca_rdma_export and
+ * doca_rdma_connect_to_addr).
  *
  * Handshake frames also carry the same-host transport offer (rdma_xport.c).
  *
@@ -51,8 +57,6 @@ static int cmp_ident(uint64_t ia, const uint8_t *ta, uint64_t ib, const uint8_t 
 	return memcmp(ta, tb, SD_RDMA_TOKEN_LEN);
 }
 
-atomic_long sd_live[SD_LIVE_NUM];
-
 static void conn_free(struct doca_rdma_connection *c)
 {
 	sd_handle_del(c);
@@ -73,6 +77,7 @@ struct doca_rdma_connection *sd_conn_new(struct doca_rdma *rdma)
 		return NULL;
 	}
 	SD_LIVE_INC(SD_LIVE_CONN);
+	rdma->eng_ops = &sd_conn_rdma_ops; /* the engine now has work of ours to do for rdma */
 	c->rdma = rdma;
 	c->id = rdma->next_conn_id++;
 	c->close_status = DOCA_ERROR_NOT_CONNECTED;
@@ -228,7 +233,8 @@ void sd_conn_fail(struct doca_rdma_connection *c, enum sd_fail_reason why)
 		sd_conn_on_link_closed(c, DOCA_ERROR_CONNECTION_RESET, 1);
 }
 
-uint64_t sd_conn_check_deadlines(struct doca_rdma *rdma, uint64_t now)
+/* Handshake deadline checks; returns the next deadline (0: none). */
+static uint64_t check_deadlines(struct doca_rdma *rdma, uint64_t now)
 {
 	uint64_t next = 0;
 
@@ -421,6 +427,54 @@ int sd_conn_on_handshake(struct sd_link *l, const struct sd_hdr *h, const uint8_
 	}
 }
 
+/* ---------------------------------------------------------------- handlers */
+/* link no longer carries c: c loses it, with the link's reason. */
+static void link_detached(struct sd_link *l, struct doca_rdma_connection *c, doca_error_t status)
+{
+	c->link = NULL;
+	sd_conn_set_why(c, l->why);
+	sd_conn_on_link_closed(c, status, status != DOCA_ERROR_CONNECTION_ABORTED);
+}
+
+static void link_free(struct sd_link *l)
+{
+	sd_xport_peer_free(l->xpeer);
+}
+
+const struct sd_link_ops sd_conn_link_ops = {
+	.on_connected = sd_conn_on_connected,
+	.on_header = sd_wire_on_header,
+	.on_payload_done = sd_wire_on_payload_done,
+	.on_park_expired = sd_wire_park_expired,
+	.on_abort_rx = sd_wire_abort_rx,
+	.on_detached = link_detached,
+	.on_free = link_free,
+};
+
+static uint64_t rdma_timers(struct doca_rdma *rdma, uint64_t now)
+{
+	uint64_t next = check_deadlines(rdma, now);
+
+	return sd_min_deadline(next, sd_listener_timers(rdma, now));
+}
+
+/* ctx stop, once its links are closed: its connections close without
+ * events, its listeners go. */
+static void rdma_detach(struct doca_rdma *rdma, doca_error_t status)
+{
+	for (struct doca_rdma_connection *c = rdma->conns; c; c = c->next)
+		if (c->state != SDC_CLOSED)
+			sd_conn_on_link_closed(c, status, 0);
+	while (rdma->listeners)
+		sd_listener_close(rdma->listeners);
+}
+
+const struct sd_rdma_ops sd_conn_rdma_ops = {
+	.timers = rdma_timers,
+	.deliver_parked = sd_wire_deliver_parked,
+	.detach = rdma_detach,
+};
+
 /* ---------------------------------------------------------------- blob */
 static void blob_encode(struct doca_rdma_connection *c, const struct sockaddr_storage *ss)
 {
@@ -512,7 +566,7 @@ void sd_conn_dial(struct doca_rdma_connection *c, const struct sockaddr_storage 
 		sd_conn_fail(c, SD_FAIL_REFUSED);
 		return;
 	}
-	l = sd_link_new(c->rdma, fd, rc != 0);
+	l = sd_link_new(c->rdma, fd, rc != 0, &sd_conn_link_ops);
 	if (!l) {
 		close(fd);
 		sd_conn_fail(c, SD_FAIL_LOST);

@@ -1,7 +1,11 @@
 /*
- * softdoca RDMA links: one TCP connection between two engines. Queueing and
- * zero-copy transmission (sendmsg straight from the frames' memory), close
- * and drain. Engine lock held everywhere.
+ * softdoca RDMA links: one TCP connection between two engines. The frame
+ * header codec, queueing and zero-copy transmission (sendmsg straight from
+ * the frames' memory), close, drain and freeing. Engine lock held everywhere.
+ *
+ * Links sit right above the engine services and call nothing higher: what
+ * happens to a link is reported to its owner (the connection layer) through
+ * the struct sd_link_ops it gave to sd_link_new.
  */
 #include "rdma.h"
 
@@ -13,7 +17,106 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+/* ---------------------------------------------------------------- header codec */
+void sd_hdr_encode(const struct sd_hdr *h, uint8_t out[SD_HDR_LEN])
+{
+	memset(out, 0, SD_HDR_LEN);
+	sd_put_le32(out + 0, SD_WIRE_MAGIC);
+	out[4] = SD_WIRE_VERSION;
+	out[5] = h->opcode;
+	sd_put_le16(out + 6, h->flags);
+	sd_put_le64(out + 8, h->req_id);
+	sd_put_le32(out + 16, h->payload_len);
+	memcpy(out + 20, h->imm, 4);
+	sd_put_le32(out + 24, h->status);
+	sd_put_le32(out + 28, h->budget_ms);
+	sd_put_le64(out + 32, h->instance);
+	sd_put_le64(out + 40, h->map_id);
+	sd_put_le64(out + 48, h->raddr);
+	sd_put_le64(out + 56, h->rlen);
+	memcpy(out + 64, h->key, SD_KEY_LEN);
+	sd_put_le64(out + 80, h->arg0);
+	sd_put_le64(out + 88, h->arg1);
+}
+
+static uint32_t max_payload(uint8_t op)
+{
+	switch (op) {
+	case SD_OP_HELLO:
+		return SD_HELLO_LEN;
+	case SD_OP_CM_REQ:
+		return SD_CMREQ_LEN;
+	case SD_OP_CM_ACCEPT:
+		return SD_RDMA_MAX_PRIV;
+	case SD_OP_WRITE:
+	case SD_OP_WRITE_IMM:
+	case SD_OP_SEND:
+	case SD_OP_SEND_IMM:
+	case SD_OP_READ_RESP:
+		return SD_RDMA_MAX_MSG;
+	case SD_OP_ATOMIC_RESP:
+		return 8;
+	default:
+		return 0;
+	}
+}
+
+int sd_hdr_decode(const uint8_t in[SD_HDR_LEN], struct sd_hdr *h)
+{
+	if (sd_get_le32(in) != SD_WIRE_MAGIC || in[4] != SD_WIRE_VERSION)
+		return -1;
+	memset(h, 0, sizeof(*h));
+	h->opcode = in[5];
+	h->flags = sd_get_le16(in + 6);
+	h->req_id = sd_get_le64(in + 8);
+	h->payload_len = sd_get_le32(in + 16);
+	memcpy(h->imm, in + 20, 4);
+	h->status = sd_get_le32(in + 24);
+	h->budget_ms = sd_get_le32(in + 28);
+	h->instance = sd_get_le64(in + 32);
+	h->map_id = sd_get_le64(in + 40);
+	h->raddr = sd_get_le64(in + 48);
+	h->rlen = sd_get_le64(in + 56);
+	memcpy(h->key, in + 64, SD_KEY_LEN);
+	h->arg0 = sd_get_le64(in + 80);
+	h->arg1 = sd_get_le64(in + 88);
+	if (h->flags != 0)
+		return -1;
+	switch (h->opcode) {
+	case SD_OP_HELLO: case SD_OP_HELLO_ACK: case SD_OP_CM_REQ: case SD_OP_CM_ACCEPT:
+	case SD_OP_CM_REJECT: case SD_OP_CM_RTU: case SD_OP_WRITE: case SD_OP_WRITE_IMM:
+	case SD_OP_SEND: case SD_OP_SEND_IMM: case SD_OP_READ: case SD_OP_CMP_SWP:
+	case SD_OP_FETCH_ADD: case SD_OP_RESP: case SD_OP_READ_RESP: case SD_OP_ATOMIC_RESP:
+	case SD_OP_PING: case SD_OP_PONG: case SD_OP_RNR_WAIT: case SD_OP_DISCONNECT:
+		break;
+	default:
+		return -1;
+	}
+	if (h->payload_len > max_payload(h->opcode))
+		return -1;
+	if (h->status > DOCA_ERROR_DEVICE_FATAL_ERROR)
+		return -1;
+	if (h->opcode == SD_OP_READ && h->rlen > SD_RDMA_MAX_MSG)
+		return -1;
+	return 0;
+}
+
 /* ---------------------------------------------------------------- links */
+/* Closed links wait here until the end of the engine's turn: the engine
+ * thread may still hold pointers to them (engine lock). */
+static struct sd_link *graveyard;
+static pthread_once_t link_once = PTHREAD_ONCE_INIT;
+
+static void link_atfork_child(void)
+{
+	graveyard = NULL; /* the parent's engine thread may have been mid-turn */
+}
+
+static void link_init_once(void)
+{
+	pthread_atfork(NULL, NULL, link_atfork_child);
+}
+
 void sd_link_set_why(struct sd_link *l, const char *fmt, ...)
 {
 	va_list ap;
@@ -25,16 +128,23 @@ void sd_link_set_why(struct sd_link *l, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Fail a task the link can no longer carry, saying why. */
+/* Fail a task the link can no longer carry, saying why (its detail, cut at
+ * SD_DETAIL_LEN on purpose). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-truncation"
 static void flush_task(struct sd_link *l, struct sd_rtask *t, doca_error_t status)
 {
 	if (l->why[0])
-		sd_rtask_fail(t, status, "flushed: %s", l->why);
+		snprintf(t->detail, sizeof(t->detail), "flushed: %s", l->why);
 	else if (status == DOCA_ERROR_CONNECTION_ABORTED)
-		sd_rtask_fail(t, status, "flushed: the connection was disconnected locally or its context stopped");
+		snprintf(t->detail, sizeof(t->detail), "%s",
+			 "flushed: the connection was disconnected locally or its context stopped");
 	else
-		sd_rtask_fail(t, status, "the connection was lost (the peer closed it, died or became unreachable)");
+		snprintf(t->detail, sizeof(t->detail), "%s",
+			 "the connection was lost (the peer closed it, died or became unreachable)");
+	sd_eng_complete(&t->base, status);
 }
+#pragma GCC diagnostic pop
 
 void sd_link_update_events(struct sd_link *l)
 {
@@ -60,11 +170,22 @@ void sd_link_set_rx_paused(struct sd_link *l, int paused)
 		sd_link_rx_kick(l);
 }
 
-struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting)
+/* Staged bytes of a link that was paused are processed by the engine once
+ * it is unpaused (the socket may hold nothing more to wake it). */
+void sd_link_rx_kick(struct sd_link *l)
+{
+	if (!l->dead && !l->rx_paused && l->rb_pos < l->rb_end) {
+		l->rx_kick = 1;
+		sd_eng_kick();
+	}
+}
+
+struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting, const struct sd_link_ops *ops)
 {
 	struct sd_link *l = calloc(1, sizeof(*l));
 	uint64_t now = sd_now_ns();
 
+	pthread_once(&link_once, link_init_once);
 	if (!l)
 		return NULL;
 	l->rb = malloc(SD_RB_CAP);
@@ -74,6 +195,7 @@ struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting)
 	}
 	l->ep.kind = SD_EP_LINK;
 	l->ep.fd = fd;
+	l->ops = ops;
 	l->rdma = rdma;
 	l->connecting = connecting;
 	l->last_rx_ns = now;
@@ -91,7 +213,7 @@ struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting)
 	return l;
 }
 
-void sd_wire_drop_item(struct sd_txitem *it)
+static void drop_item(struct sd_txitem *it)
 {
 	if (it->ref)
 		sd_mmap_release(it->ref);
@@ -114,7 +236,7 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 	sd_eng_ep_del(&l->ep);
 	close(l->ep.fd);
 	l->ep.fd = -1;
-	sd_wire_abort_rx(l, status);
+	l->ops->on_abort_rx(l, status);
 	if (l->parked) {
 		l->parked = 0;
 		l->rdma->nparked--;
@@ -125,7 +247,7 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 		nx = it->next;
 		if (it->task)
 			flush_task(l, it->task, status);
-		sd_wire_drop_item(it);
+		drop_item(it);
 	}
 	l->txq_head = l->txq_tail = NULL;
 	for (it = l->out_head; it; it = nx) {
@@ -140,14 +262,26 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 			break;
 		}
 	}
-	sd_eng_bury(l);
+	l->next = graveyard;
+	graveyard = l;
 	l->conn = NULL;
-	if (conn) {
-		conn->link = NULL;
-		sd_conn_set_why(conn, l->why);
-		sd_conn_on_link_closed(conn, status, status != DOCA_ERROR_CONNECTION_ABORTED);
-	}
+	if (conn)
+		l->ops->on_detached(l, conn, status);
 	sd_eng_kick();
+}
+
+void sd_link_free_closed(void)
+{
+	while (graveyard) {
+		struct sd_link *l = graveyard;
+
+		graveyard = l->next;
+		free(l->park_buf);
+		free(l->rb);
+		l->ops->on_free(l);
+		SD_LIVE_DEC(SD_LIVE_LINK);
+		free(l);
+	}
 }
 
 void sd_link_queue(struct sd_link *l, struct sd_txitem *it)
@@ -216,7 +350,7 @@ static void item_sent(struct sd_link *l, struct sd_txitem *it)
 		l->out_tail = it;
 		l->out_count++;
 	} else {
-		sd_wire_drop_item(it);
+		drop_item(it);
 	}
 }
 
@@ -305,7 +439,7 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 		sd_link_close(l, status);
 		return;
 	}
-	sd_wire_abort_rx(l, status);
+	l->ops->on_abort_rx(l, status);
 	l->rx_state = SD_RX_HDR;
 	l->rx_hdr_got = 0;
 	for (pp = &l->txq_head; *pp;) {
@@ -338,11 +472,8 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 	l->deadline_ns = sd_now_ns() + sd_eng_timeout_ns();
 	l->rx_paused = 0;
 	l->conn = NULL;
-	if (conn) {
-		conn->link = NULL;
-		sd_conn_set_why(conn, l->why);
-		sd_conn_on_link_closed(conn, status, status != DOCA_ERROR_CONNECTION_ABORTED);
-	}
+	if (conn)
+		l->ops->on_detached(l, conn, status);
 	sd_link_flush(l);
 }
 

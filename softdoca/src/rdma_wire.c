@@ -1,6 +1,9 @@
 /*
- * softdoca RDMA wire protocol: frame header codec and the responder /
- * requester side of every data operation (see rdma.h for the layout).
+ * softdoca RDMA data operations: the responder / requester side of every
+ * operation carried in frames (see rdma.h for the layout; the header codec
+ * is in rdma_link.c). The frame handlers of a link (sd_wire_on_header,
+ * sd_wire_on_payload_done) and its RNR parking are handed to the links by
+ * the connection layer (sd_conn_link_ops).
  *
  * Nothing from the wire is trusted: headers are parsed strictly (a malformed
  * frame closes that link only), every remote access is validated by
@@ -25,89 +28,6 @@
 
 /* Error details are cut at SD_DETAIL_LEN on purpose. */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
-
-void sd_hdr_encode(const struct sd_hdr *h, uint8_t out[SD_HDR_LEN])
-{
-	memset(out, 0, SD_HDR_LEN);
-	sd_put_le32(out + 0, SD_WIRE_MAGIC);
-	out[4] = SD_WIRE_VERSION;
-	out[5] = h->opcode;
-	sd_put_le16(out + 6, h->flags);
-	sd_put_le64(out + 8, h->req_id);
-	sd_put_le32(out + 16, h->payload_len);
-	memcpy(out + 20, h->imm, 4);
-	sd_put_le32(out + 24, h->status);
-	sd_put_le32(out + 28, h->budget_ms);
-	sd_put_le64(out + 32, h->instance);
-	sd_put_le64(out + 40, h->map_id);
-	sd_put_le64(out + 48, h->raddr);
-	sd_put_le64(out + 56, h->rlen);
-	memcpy(out + 64, h->key, SD_KEY_LEN);
-	sd_put_le64(out + 80, h->arg0);
-	sd_put_le64(out + 88, h->arg1);
-}
-
-static uint32_t max_payload(uint8_t op)
-{
-	switch (op) {
-	case SD_OP_HELLO:
-		return SD_HELLO_LEN;
-	case SD_OP_CM_REQ:
-		return SD_CMREQ_LEN;
-	case SD_OP_CM_ACCEPT:
-		return SD_RDMA_MAX_PRIV;
-	case SD_OP_WRITE:
-	case SD_OP_WRITE_IMM:
-	case SD_OP_SEND:
-	case SD_OP_SEND_IMM:
-	case SD_OP_READ_RESP:
-		return SD_RDMA_MAX_MSG;
-	case SD_OP_ATOMIC_RESP:
-		return 8;
-	default:
-		return 0;
-	}
-}
-
-int sd_hdr_decode(const uint8_t in[SD_HDR_LEN], struct sd_hdr *h)
-{
-	if (sd_get_le32(in) != SD_WIRE_MAGIC || in[4] != SD_WIRE_VERSION)
-		return -1;
-	memset(h, 0, sizeof(*h));
-	h->opcode = in[5];
-	h->flags = sd_get_le16(in + 6);
-	h->req_id = sd_get_le64(in + 8);
-	h->payload_len = sd_get_le32(in + 16);
-	memcpy(h->imm, in + 20, 4);
-	h->status = sd_get_le32(in + 24);
-	h->budget_ms = sd_get_le32(in + 28);
-	h->instance = sd_get_le64(in + 32);
-	h->map_id = sd_get_le64(in + 40);
-	h->raddr = sd_get_le64(in + 48);
-	h->rlen = sd_get_le64(in + 56);
-	memcpy(h->key, in + 64, SD_KEY_LEN);
-	h->arg0 = sd_get_le64(in + 80);
-	h->arg1 = sd_get_le64(in + 88);
-	if (h->flags != 0)
-		return -1;
-	switch (h->opcode) {
-	case SD_OP_HELLO: case SD_OP_HELLO_ACK: case SD_OP_CM_REQ: case SD_OP_CM_ACCEPT:
-	case SD_OP_CM_REJECT: case SD_OP_CM_RTU: case SD_OP_WRITE: case SD_OP_WRITE_IMM:
-	case SD_OP_SEND: case SD_OP_SEND_IMM: case SD_OP_READ: case SD_OP_CMP_SWP:
-	case SD_OP_FETCH_ADD: case SD_OP_RESP: case SD_OP_READ_RESP: case SD_OP_ATOMIC_RESP:
-	case SD_OP_PING: case SD_OP_PONG: case SD_OP_RNR_WAIT: case SD_OP_DISCONNECT:
-		break;
-	default:
-		return -1;
-	}
-	if (h->payload_len > max_payload(h->opcode))
-		return -1;
-	if (h->status > DOCA_ERROR_DEVICE_FATAL_ERROR)
-		return -1;
-	if (h->opcode == SD_OP_READ && h->rlen > SD_RDMA_MAX_MSG)
-		return -1;
-	return 0;
-}
 
 /* ---------------------------------------------------------------- helpers */
 static void respond(struct sd_link *l, uint8_t op, uint64_t req_id, doca_error_t st)

@@ -1,0 +1,380 @@
+/*
+ * softdoca RDMA engine thread: the "NIC". One thread per process runs an
+ * epoll loop over non-blocking TCP sockets (links between engines), the
+ * listeners of the started rdma contexts and the eventfd that application
+ * threads use to wake it (rdma_engine.c). It serves incoming one-sided
+ * operations straight into / out of registered memory, so they complete
+ * without the target progressing.
+ *
+ * It calls the layers below it (links, rx framing, engine services) and
+ * reaches the connection layer only through the handlers that one registers:
+ * a link's sd_link_ops, a listener's sd_ep.on_event, a context's
+ * sd_rdma_ops (rdma->eng_ops).
+ *
+ * Lifetime: started lazily by the first doca_ctx_start of an rdma context,
+ * stopped and joined when the last doca_rdma is destroyed. It never blocks
+ * process exit (nothing joins it at exit). After fork() the child forgets the
+ * parent's engine (pthread_atfork) and starts its own when needed; it never
+ * shuts down sockets it inherited, it only closes its copies.
+ *
+ * Liveness: TCP keepalive + TCP_USER_TIMEOUT derived from SOFTDOCA_TIMEOUT_MS
+ * (T, default 5000), and an engine check: a link with work outstanding pings
+ * its peer after T/4 of silence and is declared dead after T of silence.
+ */
+#include "rdma.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+struct sd_engthr {
+	pthread_t thr;
+	int stop;
+};
+
+static struct {
+	pthread_mutex_t life;        /* serialises engine start / join */
+	struct sd_engthr *cur;       /* engine lock */
+	int nrdma;                   /* engine lock */
+	struct doca_rdma *rdmas;     /* started contexts (engine lock) */
+} loop = {
+	.life = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static pthread_once_t loop_once = PTHREAD_ONCE_INIT;
+
+static void loop_atfork_child(void)
+{
+	/* The parent's engine thread does not exist here: forget it; contexts
+	 * inherited from the parent are unusable. */
+	pthread_mutex_init(&loop.life, NULL);
+	loop.cur = NULL;
+	loop.nrdma = 0;
+	loop.rdmas = NULL;
+}
+
+static void loop_init_once(void)
+{
+	(void)sd_eng_timeout_ns(); /* the engine services' own fork handler first */
+	pthread_atfork(NULL, NULL, loop_atfork_child);
+}
+
+/* ---------------------------------------------------------------- link events */
+static void link_on_event(struct sd_link *l, uint32_t events)
+{
+	doca_error_t st = DOCA_ERROR_CONNECTION_RESET;
+
+	if (l->dead)
+		return;
+	if (l->connecting) {
+		int err = 0;
+		socklen_t el = sizeof(err);
+
+		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+			return;
+		if (getsockopt(l->ep.fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
+			err = errno;
+		if (err == 0 && (events & (EPOLLERR | EPOLLHUP)))
+			err = ECONNREFUSED;
+		l->connecting = 0;
+		l->ops->on_connected(l, err);
+		if (!l->dead)
+			sd_link_flush(l);
+		return;
+	}
+	if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+		if (sd_rx_read(l, &st) != 0) {
+			sd_link_close(l, st);
+			return;
+		}
+		if (!l->dead && l->rx_paused && (events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN)) {
+			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+			return;
+		}
+	}
+	if (!l->dead && l->txq_head) {
+		if (sd_link_flush_rc(l) != 0) {
+			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+			return;
+		}
+		if (!l->txq_head && l->close_after_flush)
+			shutdown(l->ep.fd, SHUT_WR);
+	}
+}
+
+/* Inline progress: doca_pe_progress of a context with tasks in flight
+ * reads the responses waiting on its links itself (non-blocking, only if
+ * the engine lock is free), so a polling application sees its completion
+ * without waiting for the engine thread to be scheduled. */
+void sd_eng_poll(struct doca_rdma *rdma)
+{
+	if (atomic_load_explicit(&rdma->ctx.inflight, memory_order_relaxed) == 0)
+		return;
+	if (sd_eng_trylock() != 0)
+		return;
+	if (rdma->running) {
+		for (struct sd_link *l = rdma->links, *nx; l; l = nx) {
+			nx = l->next;
+			if (l->out_head && !l->dead && !l->connecting && !l->rx_paused)
+				link_on_event(l, EPOLLIN);
+		}
+	}
+	sd_eng_unlock();
+}
+
+/* ---------------------------------------------------------------- timers */
+static uint64_t link_timers(struct sd_link *l, uint64_t now, uint64_t T)
+{
+	uint64_t next = 0;
+
+	if (l->dead)
+		return 0;
+	if (l->deadline_ns) {
+		if (now >= l->deadline_ns) {
+			SD_DBG("rdma: link handshake / drain deadline passed");
+			sd_link_set_why(l, "handshake / drain deadline passed");
+			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+			return 0;
+		}
+		next = l->deadline_ns;
+	}
+	if (l->parked) {
+		if (now >= l->park_deadline_ns) {
+			l->ops->on_park_expired(l);
+			return l->dead ? 0 : now + 1000000;
+		}
+		if (now >= l->park_nak_ns) {
+			struct sd_hdr h = {.opcode = SD_OP_RNR_WAIT};
+			sd_link_send_ctrl(l, &h, NULL, 0);
+			sd_link_flush(l);
+			l->park_nak_ns = now + T / 4;
+		}
+		next = sd_min_deadline(next, sd_min_deadline(l->park_deadline_ns, l->park_nak_ns));
+	} else if (l->conn && l->conn->state == SDC_ESTABLISHED && (l->out_head || l->txq_head)) {
+		/* alive: the peer sent something, or took more of our data */
+		uint64_t alive = l->last_rx_ns > l->last_tx_ns ? l->last_rx_ns : l->last_tx_ns;
+		uint64_t ping_due = (alive > l->last_ping_ns ? alive : l->last_ping_ns) + T / 4;
+
+		if (now - alive >= T) {
+			SD_WARN("rdma: peer silent for %llu ms with work outstanding, declaring it dead",
+				(unsigned long long)(T / 1000000));
+			sd_link_set_why(l, "the peer was silent for %llu ms with work outstanding (SOFTDOCA_TIMEOUT_MS)",
+					(unsigned long long)(T / 1000000));
+			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
+			return 0;
+		}
+		if (now >= ping_due) {
+			struct sd_hdr h = {.opcode = SD_OP_PING};
+			sd_link_send_ctrl(l, &h, NULL, 0);
+			sd_link_flush(l);
+			l->last_ping_ns = now;
+			ping_due = now + T / 4;
+		}
+		next = sd_min_deadline(next, sd_min_deadline(alive + T, ping_due));
+	}
+	return next;
+}
+
+static uint64_t loop_timers(uint64_t now)
+{
+	uint64_t next = 0, T = sd_eng_timeout_ns();
+
+	for (struct doca_rdma *r = loop.rdmas; r; r = r->eng_next) {
+		struct sd_link *l, *nx;
+
+		for (l = r->links; l; l = nx) {
+			nx = l->next;
+			next = sd_min_deadline(next, link_timers(l, now, T));
+			/* Application threads queue work without waking the engine:
+			 * while links exist, look at them at least every T/4. */
+			if (!l->dead)
+				next = sd_min_deadline(next, now + T / 4);
+		}
+		if (r->eng_ops)
+			next = sd_min_deadline(next, r->eng_ops->timers(r, now));
+	}
+	return next;
+}
+
+/* ---------------------------------------------------------------- thread */
+/* Adaptive spinning: after a turn that handled events the engine polls
+ * (epoll_wait without sleeping) for up to SOFTDOCA_SPIN_US microseconds
+ * before it sleeps, so a request arriving soon after the last one is
+ * served without a thread wake-up. 0 disables it. */
+static uint64_t loop_spin_ns(void)
+{
+	static uint64_t v = UINT64_MAX;
+
+	if (v == UINT64_MAX) {
+		const char *e = getenv("SOFTDOCA_SPIN_US");
+		uint64_t us = e && *e ? strtoull(e, NULL, 10) : SD_SPIN_US_DEFAULT;
+
+		if (us > 100000)
+			us = 100000;
+		v = us * 1000ull;
+	}
+	return v;
+}
+
+static void *loop_main(void *arg)
+{
+	struct sd_engthr *et = arg;
+	struct epoll_event evs[64];
+	int timeout = -1;
+	uint64_t spin_until = 0, spin = loop_spin_ns();
+
+	for (;;) {
+		int n = sd_eng_ep_wait(evs, 64, timeout);
+		uint64_t now, next;
+
+		sd_eng_lock();
+		if (et->stop) {
+			sd_eng_unlock();
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			struct sd_ep *ep = evs[i].data.ptr;
+
+			if (ep->kind == SD_EP_EVENTFD) {
+				uint64_t v;
+				ssize_t r = read(ep->fd, &v, sizeof(v));
+				(void)r;
+			} else if (ep->kind == SD_EP_LINK) {
+				link_on_event((struct sd_link *)ep, evs[i].events);
+			} else {
+				ep->on_event(ep, evs[i].events);
+			}
+		}
+		for (struct doca_rdma *r = loop.rdmas; r; r = r->eng_next) {
+			if (r->nparked && r->rq_head && r->eng_ops)
+				r->eng_ops->deliver_parked(r);
+			for (struct sd_link *l = r->links, *nx; l; l = nx) {
+				nx = l->next;
+				if (l->rx_kick)
+					link_on_event(l, EPOLLIN);
+			}
+		}
+		now = sd_now_ns();
+		next = loop_timers(now);
+		sd_link_free_closed();
+		sd_eng_unlock();
+		if (n > 0 && spin)
+			spin_until = now + spin;
+		if (spin_until && now < spin_until) {
+			timeout = 0;
+			continue;
+		}
+		spin_until = 0;
+		if (!next) {
+			timeout = -1;
+		} else {
+			now = sd_now_ns();
+			timeout = next <= now ? 0 : (int)((next - now + 999999) / 1000000);
+			if (timeout > 60000)
+				timeout = 60000;
+		}
+	}
+	return NULL;
+}
+
+doca_error_t sd_eng_attach(struct doca_rdma *rdma)
+{
+	doca_error_t rc = DOCA_SUCCESS;
+
+	pthread_once(&loop_once, loop_init_once);
+	pthread_mutex_lock(&loop.life);
+	sd_eng_lock();
+	if (!loop.cur) {
+		struct sd_engthr *et = calloc(1, sizeof(*et));
+		sigset_t all, old;
+
+		if (!et) {
+			rc = DOCA_ERROR_NO_MEMORY;
+			goto out;
+		}
+		if (sd_eng_ep_open() != 0) {
+			free(et);
+			rc = DOCA_ERROR_OPERATING_SYSTEM;
+			goto out;
+		}
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		if (pthread_create(&et->thr, NULL, loop_main, et) != 0) {
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			sd_eng_ep_close();
+			free(et);
+			rc = DOCA_ERROR_OPERATING_SYSTEM;
+			goto out;
+		}
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		loop.cur = et;
+	}
+	rdma->running = 1;
+	rdma->eng_next = loop.rdmas;
+	loop.rdmas = rdma;
+out:
+	sd_eng_unlock();
+	pthread_mutex_unlock(&loop.life);
+	return rc;
+}
+
+void sd_eng_detach_locked(struct doca_rdma *rdma, doca_error_t status)
+{
+	struct doca_rdma **pp;
+
+	while (rdma->links)
+		sd_link_close(rdma->links, status);
+	if (rdma->eng_ops)
+		rdma->eng_ops->detach(rdma, status);
+	while (rdma->rq_head) {
+		struct sd_rtask *t = rdma->rq_head;
+		rdma->rq_head = t->qnext;
+		sd_eng_complete(&t->base, status);
+	}
+	rdma->rq_tail = NULL;
+	if (rdma->running) {
+		for (pp = &loop.rdmas; *pp; pp = &(*pp)->eng_next) {
+			if (*pp == rdma) {
+				*pp = rdma->eng_next;
+				break;
+			}
+		}
+	}
+	rdma->running = 0;
+}
+
+void sd_eng_rdma_created(void)
+{
+	pthread_once(&loop_once, loop_init_once);
+	sd_eng_lock();
+	loop.nrdma++;
+	sd_eng_unlock();
+}
+
+void sd_eng_rdma_destroyed(void)
+{
+	struct sd_engthr *et = NULL;
+
+	pthread_mutex_lock(&loop.life);
+	sd_eng_lock();
+	if (loop.nrdma > 0)
+		loop.nrdma--;
+	if (loop.nrdma == 0 && loop.cur) {
+		et = loop.cur;
+		et->stop = 1;
+		sd_eng_kick();
+	}
+	sd_eng_unlock();
+	if (et) {
+		pthread_join(et->thr, NULL);
+		sd_eng_lock();
+		sd_link_free_closed();
+		sd_eng_ep_close();
+		loop.cur = NULL;
+		sd_eng_unlock();
+		free(et);
+	}
+	pthread_mutex_unlock(&loop.life);
+}
