@@ -29,12 +29,15 @@ def _limit(value: int) -> Optional[int]:
 
 def collect() -> Report:
     """Gather the doctor report as a JSON-ready dict."""
+    from ..ports import sysfs_root
+
+    sys_ib = os.path.join(sysfs_root(), "class", "infiniband")   # SYS_IB, or under $PYDOCA_SYSFS_ROOT
     env = os.environ.get("PYDOCA_BACKEND")
     soft_lim, hard_lim = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     report: Report = {"backend": None, "runtime_version": None, "optional_missing": [], "devices": [],
                       "PYDOCA_BACKEND": env,
                       "memlock": {"soft": _limit(soft_lim), "hard": _limit(hard_lim)},
-                      "sys_class_infiniband": sorted(os.listdir(SYS_IB)) if os.path.isdir(SYS_IB) else None,
+                      "sys_class_infiniband": sorted(os.listdir(sys_ib)) if os.path.isdir(sys_ib) else None,
                       "checks": []}
     _check(report, "PYDOCA_BACKEND", "ok" if (env or "auto").strip().lower() in ("auto", "doca", "soft")
            else "error", f"PYDOCA_BACKEND={env!r}" if env is not None else "unset (auto)",
@@ -56,12 +59,12 @@ def collect() -> Report:
     else:
         _check(report, "backend", "ok", f"real DOCA {backend.version} from {', '.join(backend.paths)}")
     _versions(report, backend)
-    _devices(report)
+    _ports(report, _devices(report), soft)
     if report["sys_class_infiniband"] is None:
-        _check(report, "kernel RDMA", "info" if soft else "error", f"{SYS_IB} does not exist",
+        _check(report, "kernel RDMA", "info" if soft else "error", f"{sys_ib} does not exist",
                "real DOCA needs the mlx5 driver (modprobe mlx5_core mlx5_ib) and rdma-core")
     else:
-        _check(report, "kernel RDMA", "ok", f"{SYS_IB}: {', '.join(report['sys_class_infiniband']) or 'empty'}")
+        _check(report, "kernel RDMA", "ok", f"{sys_ib}: {', '.join(report['sys_class_infiniband']) or 'empty'}")
     low = soft_lim != resource.RLIM_INFINITY and soft_lim < MEMLOCK_MIN
     _check(report, "ulimit -l", "warn" if low and not soft else "ok",
            "memlock " + ("unlimited" if soft_lim == resource.RLIM_INFINITY else f"{soft_lim} bytes")
@@ -97,14 +100,14 @@ def _versions(report: Report, backend: Any) -> None:
         _check(report, "optional DOCA functions", "ok", f"all {total} present")
 
 
-def _devices(report: Report) -> None:
+def _devices(report: Report) -> List[Any]:
     from ..device import devices
 
     try:
         found = devices()
     except Exception as exc:  # noqa: BLE001 - reported, not fatal
         _check(report, "devices", "error", f"device discovery failed: {exc}", "run pydoca doctor --debug")
-        return
+        return []
     report["devices"] = [d.as_dict() for d in found]
     with_v4 = [d.ibdev_name for d in found if d.ipv4]
     if not found:
@@ -114,6 +117,60 @@ def _devices(report: Report) -> None:
                "RDMA CM connections need an IPv4 address on the interface (ip addr add ... dev IFACE)")
     else:
         _check(report, "devices", "ok", f"{len(found)} device(s); with IPv4: {', '.join(with_v4)}")
+    return list(found)
+
+
+def _port_text(dp: Any) -> str:
+    return "; ".join(f"port {p.port} {p.state} {p.link_layer} MTU {p.active_mtu or '-'}" for p in dp.ports)
+
+
+def _ports(report: Report, found: List[Any], soft: bool) -> None:
+    """Ports of the DOCA devices and of the host's other RDMA devices (pyverbs, else sysfs)."""
+    from .. import ports
+    from .devices import port_report
+
+    ok, what = ports.pyverbs_status()
+    report["pyverbs"] = {"available": ok, "detail": what}
+    try:
+        pr = port_report(found, soft)
+    except Exception as exc:  # noqa: BLE001 - reported, not fatal
+        _check(report, "ports", "error", f"reading ports failed: {type(exc).__name__}: {exc}",
+               "run pydoca doctor --debug")
+        return
+    for entry in report["devices"]:
+        dp = pr.own.get(entry["ibdev_name"])
+        if dp is not None:
+            entry["ports"] = pr.entry(dp)
+    report["rdma_devices"] = [pr.entry(dp) for dp in pr.host]
+    _check(report, "pyverbs", "ok" if ok else "info",
+           what if ok else f"{what}: ports are read from sysfs ({ports.sysfs_root()})",
+           None if ok else "for port facts from rdma-core itself: pip install 'pydoca[verbs]' (pyverbs)")
+    if soft:
+        host = [f"{dp.device} ({_port_text(dp) or dp.detail})" for dp in pr.host]
+        _check(report, "ports", "info", "softdoca devices are software devices, no ports"
+               + (f"; RDMA devices on this host: {', '.join(host)}" if host else ""),
+               "real DOCA would use the host's RDMA devices" if host else None)
+        return
+    down: List[str] = []
+    unknown: List[str] = []
+    fine: List[str] = []
+    for dp in pr.own.values():
+        choice = pr.choices.get(dp.device)
+        if not dp.ports:
+            unknown.append(f"{dp.device}: {dp.detail}")
+        elif not any(p.active for p in dp.ports):
+            down.append(f"{dp.device}: no ACTIVE port ({_port_text(dp)})")
+        else:
+            fine.append(f"{dp.device} {_port_text(dp)}"
+                        + (f", GID {choice.index} ({choice.entry.type})" if choice else ", no usable GID"))
+    if down:
+        _check(report, "ports", "error", "; ".join(down + unknown + fine),
+               "bring the link up (ip link set IFACE up; check the cable / subnet manager)")
+    elif unknown:
+        _check(report, "ports", "warn", "; ".join(unknown + fine),
+               "install rdma-core (pyverbs) or check /sys/class/infiniband")
+    else:
+        _check(report, "ports", "ok", "; ".join(fine) or "no devices")
 
 
 def _print(report: Report) -> None:
@@ -133,11 +190,31 @@ def _print(report: Report) -> None:
     print(f"devices:         {len(report['devices'])}")
     for d in report["devices"]:
         print(f"  {d['ibdev_name']:<16} {d['iface_name'] or '-':<12} {d['ipv4'] or '-':<16} {d['mac'] or '-'}")
+    _print_ports(report)
     print("checks:")
     for c in report["checks"]:
         print(f"  [{c['status']}] {c['check']}: {c['detail']}")
         if c["hint"] and c["status"] != "ok":
             print(f"         hint: {c['hint']}")
+
+
+def _print_ports(report: Report) -> None:
+    from .devices import port_lines
+
+    own = [d["ports"] for d in report["devices"] if d.get("ports")]
+    host = report.get("rdma_devices") or []
+    if not own and not host:
+        return
+    pv = report.get("pyverbs") or {}
+    print(f"ports:           from {'pyverbs' if pv.get('available') else 'sysfs'} ({pv.get('detail', '-')})")
+    for entry in own:
+        for line in port_lines(entry):
+            print(line)
+    if host:
+        print("  other RDMA devices on this host:")
+        for entry in host:
+            for line in port_lines(entry, indent="    "):
+                print(line)
 
 
 def run(args: argparse.Namespace) -> int:
