@@ -19,6 +19,11 @@ enum doca_rdma_opcode {
 	DOCA_RDMA_OPCODE_RECV_WRITE_WITH_IMM = 2,
 };
 
+typedef uint64_t doca_dpa_dev_rdma_t;
+struct doca_gpu_dev_rdma;
+struct rdma_cm_id;
+struct doca_dpa_completion;
+
 doca_error_t doca_rdma_create(struct doca_dev *dev, struct doca_rdma **rdma);
 doca_error_t doca_rdma_destroy(struct doca_rdma *rdma);
 struct doca_ctx *doca_rdma_as_ctx(struct doca_rdma *rdma);
@@ -45,6 +50,14 @@ doca_error_t doca_rdma_connect_to_addr(struct doca_rdma *rdma,
 				       struct doca_rdma_addr *addr,
 				       union doca_data connection_user_data);
 doca_error_t doca_rdma_connection_disconnect(struct doca_rdma_connection *rdma_connection);
+doca_error_t doca_rdma_bridge_prepare_connection(struct doca_rdma *rdma,
+						 struct rdma_cm_id *cm_id,
+						 struct doca_rdma_connection **rdma_connection);
+doca_error_t doca_rdma_bridge_accept(struct doca_rdma *rdma,
+				     void *private_data,
+				     uint8_t private_data_len,
+				     struct doca_rdma_connection *rdma_connection);
+doca_error_t doca_rdma_bridge_established(struct doca_rdma *rdma, struct doca_rdma_connection *rdma_connection);
 
 doca_error_t doca_rdma_cap_get_max_recv_queue_size(const struct doca_devinfo *devinfo, uint32_t *max_recv_queue_size);
 doca_error_t doca_rdma_cap_get_max_send_queue_size(const struct doca_devinfo *devinfo, uint32_t *max_send_queue_size);
@@ -83,6 +96,8 @@ doca_error_t doca_rdma_get_permissions(struct doca_rdma *rdma, uint32_t *permiss
 doca_error_t doca_rdma_get_grh_enabled(const struct doca_rdma *rdma, uint8_t *grh_enabled);
 doca_error_t doca_rdma_get_gid_index(const struct doca_rdma *rdma, uint32_t *gid_index);
 doca_error_t doca_rdma_get_sl(const struct doca_rdma *rdma, uint32_t *sl);
+doca_error_t doca_rdma_get_dpa_handle(struct doca_rdma *rdma, doca_dpa_dev_rdma_t *dpa_rdma);
+doca_error_t doca_rdma_get_gpu_handle(struct doca_rdma *rdma, struct doca_gpu_dev_rdma **gpu_rdma);
 doca_error_t doca_rdma_get_connection_request_timeout(const struct doca_rdma *rdma, uint16_t *timeout);
 doca_error_t doca_rdma_connection_get_addr(const struct doca_rdma_connection *rdma_connection,
 					   struct doca_rdma_addr **addr);
@@ -439,3 +454,4 @@ void doca_rdma_task_remote_net_sync_event_notify_add_set_rdma_connection(
 	struct doca_rdma_connection *rdma_connection);
 const struct doca_rdma_connection *doca_rdma_task_remote_net_sync_event_notify_add_get_rdma_connection(
 	const struct doca_rdma_task_remote_net_sync_event_notify_add *task);
+doca_error_t doca_rdma_dpa_completion_attach(struct doca_rdma *rdma, struct doca_dpa_completion *dpa_comp);

@@ -231,6 +231,30 @@ int main(void)
 
 @pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("pkg-config") is None,
                     reason="gcc and pkg-config are needed")
+def test_rdma_hardware_only_functions(dev: Device) -> None:
+    """The RDMA bridge (a librdmacm cm_id), DPA and GPU handles: NOT_SUPPORTED after the argument
+    checks; a destroyed context is BAD_STATE."""
+    import pydoca
+    with pydoca.ProgressEngine() as pe, pydoca.Rdma(dev, pe) as rdma:
+        r = rdma._rdma
+        conn = ffi.new("struct doca_rdma_connection **")
+        cm_id = ffi.cast("struct rdma_cm_id *", 0x1000)          # never dereferenced
+        assert lib.doca_rdma_bridge_prepare_connection(r, cm_id, conn) == NOT_SUPPORTED
+        assert lib.doca_rdma_bridge_prepare_connection(r, ffi.NULL, conn) == INVALID_VALUE
+        assert lib.doca_rdma_bridge_prepare_connection(r, cm_id, ffi.NULL) == INVALID_VALUE
+        fake = ffi.cast("struct doca_rdma_connection *", 0x1000)
+        assert lib.doca_rdma_bridge_accept(r, ffi.NULL, 0, fake) == NOT_SUPPORTED
+        assert lib.doca_rdma_bridge_accept(r, ffi.NULL, 4, fake) == INVALID_VALUE
+        assert lib.doca_rdma_bridge_established(r, fake) == NOT_SUPPORTED
+        assert lib.doca_rdma_bridge_established(ffi.NULL, fake) == INVALID_VALUE
+        assert lib.doca_rdma_get_dpa_handle(r, ffi.new("doca_dpa_dev_rdma_t *")) == NOT_SUPPORTED
+        assert lib.doca_rdma_get_gpu_handle(r, ffi.new("struct doca_gpu_dev_rdma **")) == NOT_SUPPORTED
+        assert lib.doca_rdma_get_gpu_handle(r, ffi.NULL) == INVALID_VALUE
+        comp = ffi.cast("struct doca_dpa_completion *", 0x1000)
+        assert lib.doca_rdma_dpa_completion_attach(r, comp) == NOT_SUPPORTED
+    assert lib.doca_rdma_dpa_completion_attach(r, comp) == BAD_STATE     # destroyed
+
+
 def test_c_program_on_the_runtime_headers(tmp_path: Path) -> None:
     from pydoca.cli import softdoca as sd_cli
 

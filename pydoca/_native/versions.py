@@ -57,6 +57,7 @@ BASELINE = "2.9"
 
 # In the DOCA 2.5.0108 headers (so in 2.9).
 _IN_2_5 = """
+    doca_rdma_get_dpa_handle
     doca_error_get_name doca_error_get_descr doca_version_runtime doca_devinfo_create_list
     doca_devinfo_destroy_list doca_dev_open doca_dev_close doca_dev_as_devinfo doca_devinfo_get_pci_addr_str
     doca_devinfo_is_equal_pci_addr doca_devinfo_get_ipv4_addr doca_devinfo_get_ipv6_addr
@@ -143,6 +144,8 @@ _IN_PRE_2_7 = """
 
 # In the 3.0.0058 headers, not proven in 2.9 (upper bound, see above).
 _IN_3_0 = """
+    doca_rdma_bridge_prepare_connection doca_rdma_bridge_accept doca_rdma_bridge_established
+    doca_rdma_get_gpu_handle doca_rdma_dpa_completion_attach
     doca_devinfo_get_active_rate doca_buf_inventory_expand doca_pe_set_event_mode doca_ctx_flush_tasks
     doca_rdma_connection_reject doca_rdma_set_connection_request_timeout doca_rdma_set_rnr_retry_count
     doca_rdma_get_connection_request_timeout doca_rdma_connection_get_addr doca_rdma_addr_get_params

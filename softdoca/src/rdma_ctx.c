@@ -578,3 +578,52 @@ SD_EXPORT doca_error_t doca_rdma_get_max_num_connections(struct doca_rdma *rdma,
 	*out = rdma->max_conns;
 	return DOCA_SUCCESS;
 }
+
+/* ---------------------------------------------------------------- hardware-only (docs/softdoca-contract.md) */
+/* A DOCA RDMA on a host without DPA, GPU or the kernel's RDMA CM: the bridge
+ * takes a librdmacm cm_id (there is none), the DPA and GPU datapaths do not
+ * exist. Arguments are checked first, as DOCA does. */
+static doca_error_t hw_only(const struct doca_rdma *rdma, const void *arg)
+{
+	if (!rdma || !arg)
+		return DOCA_ERROR_INVALID_VALUE;
+	if (!sd_rdma_live(rdma))
+		return DOCA_ERROR_BAD_STATE;
+	return DOCA_ERROR_NOT_SUPPORTED;
+}
+
+SD_EXPORT doca_error_t doca_rdma_bridge_prepare_connection(struct doca_rdma *rdma, struct rdma_cm_id *cm_id,
+							   struct doca_rdma_connection **rdma_connection)
+{
+	if (!rdma_connection)
+		return DOCA_ERROR_INVALID_VALUE;
+	return hw_only(rdma, cm_id);
+}
+
+SD_EXPORT doca_error_t doca_rdma_bridge_accept(struct doca_rdma *rdma, void *private_data, uint8_t private_data_len,
+					       struct doca_rdma_connection *rdma_connection)
+{
+	if (private_data_len && !private_data)
+		return DOCA_ERROR_INVALID_VALUE;
+	return hw_only(rdma, rdma_connection);
+}
+
+SD_EXPORT doca_error_t doca_rdma_bridge_established(struct doca_rdma *rdma, struct doca_rdma_connection *rdma_connection)
+{
+	return hw_only(rdma, rdma_connection);
+}
+
+SD_EXPORT doca_error_t doca_rdma_get_dpa_handle(struct doca_rdma *rdma, doca_dpa_dev_rdma_t *dpa_rdma)
+{
+	return hw_only(rdma, dpa_rdma);
+}
+
+SD_EXPORT doca_error_t doca_rdma_get_gpu_handle(struct doca_rdma *rdma, struct doca_gpu_dev_rdma **gpu_rdma)
+{
+	return hw_only(rdma, gpu_rdma);
+}
+
+SD_EXPORT doca_error_t doca_rdma_dpa_completion_attach(struct doca_rdma *rdma, struct doca_dpa_completion *dpa_comp)
+{
+	return hw_only(rdma, dpa_comp);
+}
