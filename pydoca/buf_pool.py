@@ -12,27 +12,19 @@ children of both.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any
 
-from ._log import get_logger
 from ._native import ffi, lib
-from .buffer import Buffer, _release_buf
+from .buffer import Buffer, _BufSource
 from .errors import check
 from .memory import MemoryMap
-from .resource import Resource
-
-log = get_logger()
 
 
-def _destroy_pool(handle: Any, state: Dict[str, bool]) -> None:
-    if state["started"]:
-        check(lib.doca_buf_pool_stop(handle), "doca_buf_pool_stop")
-        state["started"] = False
-    check(lib.doca_buf_pool_destroy(handle), "doca_buf_pool_destroy")
-
-
-class BufferPool(Resource):
+class BufferPool(_BufSource):
     """``num_elements`` buffers of ``element_size`` bytes over ``mmap`` (a started ``doca_buf_pool``)."""
+
+    _api = "doca_buf_pool"
+    _what = "buffer pool"
 
     def __init__(self, mmap: MemoryMap, num_elements: int, element_size: int, *, alignment: int = 1) -> None:
         if num_elements <= 0 or element_size <= 0:
@@ -45,40 +37,17 @@ class BufferPool(Resource):
         self.element_size = element_size
         out = ffi.new("struct doca_buf_pool **")
         check(lib.doca_buf_pool_create(num_elements, element_size, mmap_handle, out), "doca_buf_pool_create")
-        handle = self._handle = out[0]
-        state = {"started": False}
-        self._arm(lambda: _destroy_pool(handle, state))
-        try:
-            check(lib.doca_buf_pool_set_element_alignment(handle, alignment), "doca_buf_pool_set_element_alignment")
-            check(lib.doca_buf_pool_start(handle),
-                  f"doca_buf_pool_start ({num_elements} x {element_size} bytes, alignment {alignment}, over a "
-                  f"{mmap.length}-byte MemoryMap)")
-            state["started"] = True
-        except BaseException:
-            try:
-                self.close()
-            except Exception as exc:  # noqa: BLE001 - keep the first error
-                log.error("cleanup after a failed buffer pool start failed", error=str(exc))
-            raise
+        handle = out[0]
 
-    @property
-    def handle(self) -> Any:
-        """The ``struct doca_buf_pool *`` cdata."""
-        self._check_open()
-        return self._handle
+        def set_alignment() -> None:
+            check(lib.doca_buf_pool_set_element_alignment(handle, alignment), "doca_buf_pool_set_element_alignment")
+
+        self._start(handle, set_alignment, f" ({num_elements} x {element_size} bytes, alignment {alignment}, "
+                                           f"over a {mmap.length}-byte MemoryMap)")
 
     @property
     def num_elements(self) -> int:
-        out = ffi.new("uint32_t *")
-        check(lib.doca_buf_pool_get_num_elements(self.handle, out), "doca_buf_pool_get_num_elements")
-        return int(out[0])
-
-    @property
-    def num_free(self) -> int:
-        """Elements not handed out."""
-        out = ffi.new("uint32_t *")
-        check(lib.doca_buf_pool_get_num_free_elements(self.handle, out), "doca_buf_pool_get_num_free_elements")
-        return int(out[0])
+        return self._count("num_elements")
 
     @property
     def alignment(self) -> int:
@@ -105,12 +74,8 @@ class PoolBuffer(Buffer):
 
     @classmethod
     def _from_pool(cls, pool: BufferPool, handle: Any) -> "PoolBuffer":
-        buf = cls.__new__(cls)
-        mmap = pool.mmap
-        Resource.__init__(buf, pool)
-        buf._pool, buf._mmap, buf._handle = pool, mmap, handle
-        buf._arm(lambda: _release_buf(handle, mmap))
-        buf._add_owner(mmap)
+        buf = cls._own(pool, pool.mmap, handle)
+        buf._pool = pool
         return buf
 
     @property

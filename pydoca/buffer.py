@@ -8,7 +8,7 @@ it is a cheap refcounted descriptor, often a temporary passed to a task.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Type, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,11 +22,12 @@ from .resource import Resource
 log = get_logger()
 
 
-def _destroy_inventory(handle: Any, state: Dict[str, bool]) -> None:
+def _stop_destroy(api: str, handle: Any, state: Dict[str, bool]) -> None:
+    """``<api>_stop`` (when started), then ``<api>_destroy``."""
     if state["started"]:
-        check(lib.doca_buf_inventory_stop(handle), "doca_buf_inventory_stop")
+        check(getattr(lib, f"{api}_stop")(handle), f"{api}_stop")
         state["started"] = False
-    check(lib.doca_buf_inventory_destroy(handle), "doca_buf_inventory_destroy")
+    check(getattr(lib, f"{api}_destroy")(handle), f"{api}_destroy")
 
 
 def _release_buf(handle: Any, mmap: MemoryMap) -> None:
@@ -42,8 +43,60 @@ def _uint(name: str, value: int) -> int:
     return value
 
 
-class BufferInventory(Resource):
+class _BufSource(Resource):
+    """What :class:`BufferInventory` and :class:`~pydoca.buf_pool.BufferPool`
+    share: a started DOCA object of ``_api`` (``doca_buf_inventory``,
+    ``doca_buf_pool``) whose elements are handed out as Buffers. Closing stops
+    it (when started) and destroys it."""
+
+    _api: str = ""     # the C prefix of its functions
+    _what: str = ""    # names it in the log line of a failed start
+    _handle: Any
+
+    def _start(self, handle: Any, configure: Optional[Callable[[], None]] = None, detail: str = "") -> None:
+        """Own the created ``handle`` and start it (after ``configure``); on a
+        failure close it again and re-raise. ``detail`` follows
+        ``<api>_start`` in the error."""
+        api = self._api
+        state = {"started": False}
+        self._handle = handle
+        self._arm(lambda: _stop_destroy(api, handle, state))
+        try:
+            if configure is not None:
+                configure()
+            check(getattr(lib, f"{api}_start")(handle), f"{api}_start{detail}")
+            state["started"] = True
+        except BaseException:
+            try:
+                self.close()
+            except Exception as exc:  # noqa: BLE001 - keep the first error
+                log.error("cleanup after a failed start failed", resource=self._what, error=str(exc))
+            raise
+
+    @property
+    def handle(self) -> Any:
+        """The ``struct doca_buf_inventory *`` / ``struct doca_buf_pool *`` cdata."""
+        self._check_open()
+        return self._handle
+
+    def _count(self, what: str) -> int:
+        """The ``uint32_t`` of ``<api>_get_<what>``."""
+        out = ffi.new("uint32_t *")
+        name = f"{self._api}_get_{what}"
+        check(getattr(lib, name)(self.handle, out), name)
+        return int(out[0])
+
+    @property
+    def num_free(self) -> int:
+        """Number of elements (descriptors, buffers) not handed out."""
+        return self._count("num_free_elements")
+
+
+class BufferInventory(_BufSource):
     """A pool of ``capacity`` buffer descriptors (``doca_buf_inventory``), started."""
+
+    _api = "doca_buf_inventory"
+    _what = "inventory"
 
     def __init__(self, capacity: int) -> None:
         """Create and start an inventory holding up to ``capacity`` buffers."""
@@ -52,39 +105,12 @@ class BufferInventory(Resource):
         super().__init__()
         out = ffi.new("struct doca_buf_inventory **")
         check(lib.doca_buf_inventory_create(capacity, out), "doca_buf_inventory_create")
-        handle = self._handle = out[0]
-        state = {"started": False}
-        self._arm(lambda: _destroy_inventory(handle, state))
-        try:
-            check(lib.doca_buf_inventory_start(handle), "doca_buf_inventory_start")
-            state["started"] = True
-        except BaseException:
-            try:
-                self.close()
-            except Exception as exc:  # noqa: BLE001 - keep the start error
-                log.error("cleanup after failed inventory start failed", error=str(exc))
-            raise
-
-    @property
-    def handle(self) -> Any:
-        """The ``struct doca_buf_inventory *`` cdata."""
-        self._check_open()
-        return self._handle
+        self._start(out[0])
 
     @property
     def capacity(self) -> int:
         """Number of buffer descriptors (grows with :meth:`expand`)."""
-        out = ffi.new("uint32_t *")
-        check(lib.doca_buf_inventory_get_num_elements(self.handle, out), "doca_buf_inventory_get_num_elements")
-        return int(out[0])
-
-    @property
-    def num_free(self) -> int:
-        """Number of descriptors not handed out."""
-        out = ffi.new("uint32_t *")
-        check(lib.doca_buf_inventory_get_num_free_elements(self.handle, out),
-              "doca_buf_inventory_get_num_free_elements")
-        return int(out[0])
+        return self._count("num_elements")
 
     def expand(self, n: int) -> None:
         """Add ``n`` descriptors."""
@@ -113,6 +139,9 @@ class BufferInventory(Resource):
         return Buffer._wrap(self, mmap, out[0])
 
 
+_B = TypeVar("_B", bound="Buffer")
+
+
 class Buffer(Resource):
     """One ``doca_buf``: a range of a MemoryMap and its data section."""
 
@@ -123,13 +152,21 @@ class Buffer(Resource):
     _handle: Any
 
     @classmethod
-    def _wrap(cls, inventory: BufferInventory, mmap: MemoryMap, handle: Any) -> "Buffer":
-        """Own a ``doca_buf*`` we hold one reference on (released by close)."""
+    def _own(cls: Type[_B], parent: Resource, mmap: MemoryMap, handle: Any) -> _B:
+        """Own a ``doca_buf*`` we hold one reference on (released by close), a
+        child of ``parent`` (its inventory or pool) and of ``mmap``."""
         buf = cls.__new__(cls)
-        Resource.__init__(buf, inventory)
-        buf._inventory, buf._mmap, buf._handle = inventory, mmap, handle
+        Resource.__init__(buf, parent)
+        buf._mmap, buf._handle = mmap, handle
         buf._arm(lambda: _release_buf(handle, mmap))
         buf._add_owner(mmap)
+        return buf
+
+    @classmethod
+    def _wrap(cls, inventory: BufferInventory, mmap: MemoryMap, handle: Any) -> "Buffer":
+        """A Buffer of ``inventory`` owning ``handle`` (see :meth:`_own`)."""
+        buf = cls._own(inventory, mmap, handle)
+        buf._inventory = inventory
         return buf
 
     def __init__(self) -> None:

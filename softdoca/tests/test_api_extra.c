@@ -4,7 +4,7 @@
  * (capabilities, completion vectors, mmap free callback / thread safety /
  * access token / counters, buf_chain_list_tail). One line per check, a
  * summary line, non-zero exit on failure. Links against libsoftdoca. */
-#include "internal.h"
+#include "check.h"
 
 #include <net/if.h>
 #include <stdio.h>
@@ -15,40 +15,7 @@
 doca_error_t doca_pe_set_notification_handle(struct doca_pe *pe, doca_notification_handle_t handle,
 					     union doca_data completion_key);
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                            \
-	do {                                                        \
-		if (cond) {                                         \
-			passed++;                                   \
-			printf("ok   ");                            \
-		} else {                                            \
-			failed++;                                   \
-			printf("FAIL (%s:%d) ", __FILE__, __LINE__); \
-		}                                                   \
-		printf(__VA_ARGS__);                                \
-		printf("\n");                                       \
-	} while (0)
-
-#define RC(call, want) CHECK((call) == (want), "%s == %s", #call, #want)
-
 /* ------------------------------------------------------------------ devices */
-static struct doca_dev *open_lo(void)
-{
-	struct doca_devinfo **list = NULL;
-	struct doca_dev *dev = NULL;
-	uint32_t n = 0;
-	char ib[DOCA_DEVINFO_IBDEV_NAME_SIZE];
-
-	RC(doca_devinfo_create_list(&list, &n), DOCA_SUCCESS);
-	for (uint32_t i = 0; i < n && !dev; i++)
-		if (doca_devinfo_get_ibdev_name(list[i], ib, sizeof(ib)) == DOCA_SUCCESS && !strcmp(ib, "soft_lo"))
-			RC(doca_dev_open(list[i], &dev), DOCA_SUCCESS);
-	doca_devinfo_destroy_list(list);
-	CHECK(dev != NULL, "soft_lo opened");
-	return dev;
-}
-
 static void test_devinfo(struct doca_dev *dev)
 {
 	struct doca_devinfo *di = doca_dev_as_devinfo(dev);
@@ -437,8 +404,9 @@ static void test_pe_ctx(struct doca_dev *dev)
 
 int main(void)
 {
-	struct doca_dev *dev = open_lo();
+	struct doca_dev *dev = open_soft_lo();
 
+	CHECK(dev != NULL, "soft_lo opened");
 	if (!dev)
 		return 1;
 	test_devinfo(dev);
@@ -448,6 +416,5 @@ int main(void)
 	test_pe_ctx(dev);
 	RC(doca_dev_close(dev), DOCA_SUCCESS);
 	RC(doca_dev_accelerate_resource_reclaim(dev), DOCA_ERROR_BAD_STATE);
-	printf("test_api_extra: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary("test_api_extra");
 }

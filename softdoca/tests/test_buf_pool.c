@@ -1,29 +1,11 @@
 /* test_buf_pool: doca_buf_pool over softdoca (soft_lo): layout, alignment,
  * exhaustion, lifecycle and error codes. One line per check, a summary line,
  * non-zero exit on failure. */
-#include "internal.h"
+#include "check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                                            \
-	do {                                                        \
-		if (cond) {                                         \
-			passed++;                                   \
-			printf("ok   ");                            \
-		} else {                                            \
-			failed++;                                   \
-			printf("FAIL (%s:%d) ", __FILE__, __LINE__); \
-		}                                                   \
-		printf(__VA_ARGS__);                                \
-		printf("\n");                                       \
-		fflush(stdout);                                     \
-	} while (0)
-
-#define RC(call, want) CHECK((call) == (want), "%s == %s", #call, #want)
 
 static struct doca_mmap *map_of(struct doca_dev *dev, void *mem, size_t len, int start)
 {
@@ -193,19 +175,13 @@ static void test_layout_limits(struct doca_dev *dev, struct doca_mmap *m, uint8_
 
 int main(void)
 {
-	struct doca_devinfo **list = NULL;
-	struct doca_dev *dev = NULL;
-	char ib[DOCA_DEVINFO_IBDEV_NAME_SIZE];
-	uint32_t n = 0;
+	struct doca_dev *dev;
 	size_t memlen = 4096;
 	uint8_t *mem = aligned_alloc(4096, memlen);
 	struct doca_mmap *m;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	RC(doca_devinfo_create_list(&list, &n), DOCA_SUCCESS);
-	for (uint32_t i = 0; i < n; i++)
-		if (doca_devinfo_get_ibdev_name(list[i], ib, sizeof(ib)) == DOCA_SUCCESS && !strcmp(ib, "soft_lo"))
-			RC(doca_dev_open(list[i], &dev), DOCA_SUCCESS);
+	dev = open_soft_lo();
 	CHECK(dev != NULL, "opened soft_lo");
 	if (!dev)
 		return 1;
@@ -216,8 +192,6 @@ int main(void)
 	RC(doca_mmap_stop(m), DOCA_SUCCESS);
 	RC(doca_mmap_destroy(m), DOCA_SUCCESS);
 	RC(doca_dev_close(dev), DOCA_SUCCESS);
-	doca_devinfo_destroy_list(list);
 	free(mem);
-	printf("test_buf_pool: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary("test_buf_pool");
 }

@@ -1,7 +1,7 @@
 /* test_common: errors, devices, mmap/buf/inventory, export descriptors, pe/ctx.
  * Plain C, no framework: one line per check, a summary line, non-zero exit on
  * failure. Links the core objects directly so it can use internal.h. */
-#include "internal.h"
+#include "check.h"
 
 #include <fcntl.h>
 #include <net/if.h>
@@ -11,23 +11,6 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                                            \
-	do {                                                        \
-		if (cond) {                                         \
-			passed++;                                   \
-			printf("ok   ");                            \
-		} else {                                            \
-			failed++;                                   \
-			printf("FAIL (%s:%d) ", __FILE__, __LINE__); \
-		}                                                   \
-		printf(__VA_ARGS__);                                \
-		printf("\n");                                       \
-	} while (0)
-
-#define RC(call, want) CHECK((call) == (want), "%s == %s", #call, #want)
 
 /* ------------------------------------------------------------------ errors */
 static void test_errors(void)
@@ -699,6 +682,5 @@ int main(void)
 	}
 	test_pe_ctx();
 	test_fork_instance();
-	printf("test_common: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary("test_common");
 }

@@ -3,7 +3,7 @@
  * rdma contexts on soft_lo connected out of band; the target map is keyed
  * with doca_mmap_set_export_access_token. One line per check, a summary line,
  * non-zero exit on failure. Links against libsoftdoca. */
-#include "internal.h"
+#include "check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,34 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                            \
-	do {                                                        \
-		if (cond) {                                         \
-			passed++;                                   \
-			printf("ok   ");                            \
-		} else {                                            \
-			failed++;                                   \
-			printf("FAIL (%s:%d) ", __FILE__, __LINE__); \
-		}                                                   \
-		printf(__VA_ARGS__);                                \
-		printf("\n");                                       \
-		fflush(stdout);                                     \
-	} while (0)
-
-#define RC(call, want) CHECK((call) == (want), "%s == %s", #call, #want)
-
 #define N 16          /* tasks per batch = the write task pool of A */
 #define SLOT 4096     /* bytes per write */
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static struct doca_pe *pa, *pb;
 static struct doca_rdma *A, *B;
@@ -187,8 +161,7 @@ static void free_batch(struct doca_task_batch *b)
 
 int main(void)
 {
-	struct doca_devinfo **list = NULL;
-	struct doca_dev *dev = NULL;
+	struct doca_dev *dev;
 	struct doca_rdma_connection *ca = NULL, *cb = NULL;
 	struct doca_mmap *ma = NULL, *mb = NULL, *rb = NULL;
 	struct doca_buf_inventory *inv = NULL;
@@ -196,16 +169,10 @@ int main(void)
 	struct doca_task **slots = NULL;
 	const void *da, *db, *desc;
 	size_t la, lb, dlen;
-	uint32_t n = 0;
 	uint8_t *src = calloc(N, SLOT), *dst = calloc(N, SLOT);
-	char ib[DOCA_DEVINFO_IBDEV_NAME_SIZE];
 	static const uint8_t token[] = "batch-token";
 
-	RC(doca_devinfo_create_list(&list, &n), DOCA_SUCCESS);
-	for (uint32_t i = 0; i < n && !dev; i++)
-		if (doca_devinfo_get_ibdev_name(list[i], ib, sizeof(ib)) == DOCA_SUCCESS && !strcmp(ib, "soft_lo"))
-			RC(doca_dev_open(list[i], &dev), DOCA_SUCCESS);
-	doca_devinfo_destroy_list(list);
+	dev = open_soft_lo();
 	if (!dev || !src || !dst)
 		return 1;
 	RC(doca_pe_create(&pa), DOCA_SUCCESS);
@@ -398,6 +365,5 @@ int main(void)
 	RC(doca_dev_close(dev), DOCA_SUCCESS);
 	free(src);
 	free(dst);
-	printf("test_pe_batch: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary("test_pe_batch");
 }

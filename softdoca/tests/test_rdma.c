@@ -2,6 +2,7 @@
  * soft_lo, each with its own progress engine, connected out of band and via
  * RDMA CM. One line per check, a summary line, non-zero exit on failure.
  * Links against libsoftdoca; reads a few private fields through rdma.h. */
+#include "check.h"
 #include "rdma.h"
 
 #include <arpa/inet.h>
@@ -14,40 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int passed, failed;
 int sd_rdma_fail_reason_for_test(const struct doca_rdma_connection *c);
 struct doca_dev *doca_rdma_get_dev_for_test(struct doca_rdma *r);
 
-#define CHECK(cond, ...)                                            \
-	do {                                                        \
-		if (cond) {                                         \
-			passed++;                                   \
-			printf("ok   ");                            \
-		} else {                                            \
-			failed++;                                   \
-			printf("FAIL (%s:%d) ", __FILE__, __LINE__); \
-		}                                                   \
-		printf(__VA_ARGS__);                                \
-		printf("\n");                                       \
-		fflush(stdout);                                     \
-	} while (0)
-
-#define RC(call, want) CHECK((call) == (want), "%s == %s", #call, #want)
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* ------------------------------------------------------------------ state */
-struct done {
-	int done;
-	doca_error_t st;
-};
-
 static struct doca_pe *pa, *pb;
 static struct doca_rdma *A, *B;
 
@@ -1750,11 +1721,9 @@ struct doca_dev *doca_rdma_get_dev_for_test(struct doca_rdma *r)
 
 int main(int argc, char **argv)
 {
-	struct doca_devinfo **list = NULL;
-	struct doca_dev *dev = NULL;
-	uint32_t n = 0, gsz = 0;
+	struct doca_dev *dev;
+	uint32_t gsz = 0;
 	struct doca_rdma_gid gids[4];
-	char ib[DOCA_DEVINFO_IBDEV_NAME_SIZE];
 	uint32_t perms = DOCA_ACCESS_FLAG_LOCAL_READ_WRITE | DOCA_ACCESS_FLAG_RDMA_READ | DOCA_ACCESS_FLAG_RDMA_WRITE |
 			 DOCA_ACCESS_FLAG_RDMA_ATOMIC;
 	int mapped = 0;
@@ -1763,10 +1732,7 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "child"))
 		return child_main();
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	RC(doca_devinfo_create_list(&list, &n), DOCA_SUCCESS);
-	for (uint32_t i = 0; i < n; i++)
-		if (doca_devinfo_get_ibdev_name(list[i], ib, sizeof(ib)) == DOCA_SUCCESS && !strcmp(ib, "soft_lo"))
-			RC(doca_dev_open(list[i], &dev), DOCA_SUCCESS);
+	dev = open_soft_lo();
 	CHECK(dev != NULL, "opened soft_lo");
 	if (!dev)
 		return 1;
@@ -1859,10 +1825,8 @@ int main(int argc, char **argv)
 	RC(doca_pe_destroy(pa), DOCA_SUCCESS);
 	RC(doca_pe_destroy(pb), DOCA_SUCCESS);
 	RC(doca_dev_close(dev), DOCA_SUCCESS);
-	doca_devinfo_destroy_list(list);
 	free(memA);
 	free(memB);
 	free(memBro);
-	printf("test_rdma: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary("test_rdma");
 }

@@ -3,6 +3,7 @@
  * progress engine's notification fd), export to a remote peer and the RDMA
  * remote-net sync-event tasks between two rdma contexts of this process.
  * One line per check, a summary line, non-zero exit on failure. */
+#include "check.h"
 #include "rdma.h"
 #include "sync_event.h"
 
@@ -14,40 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static int passed, failed;
 const char *softdoca_transport_name(const struct doca_rdma_connection *conn);
 const char *softdoca_task_get_error_detail(const struct doca_task *task);
 
-#define CHECK(cond, ...)                                            \
-	do {                                                        \
-		if (cond) {                                         \
-			passed++;                                   \
-			printf("ok   ");                            \
-		} else {                                            \
-			failed++;                                   \
-			printf("FAIL (%s:%d) ", __FILE__, __LINE__); \
-		}                                                   \
-		printf(__VA_ARGS__);                                \
-		printf("\n");                                       \
-		fflush(stdout);                                     \
-	} while (0)
-
-#define RC(call, want) CHECK((call) == (want), "%s == %s", #call, #want)
 #define ALL ((uint64_t)-1)
 #define UD(p) ((union doca_data){.ptr = (p)})
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-struct done {
-	int done;
-	doca_error_t st;
-};
 
 #define SE_CB(name)                                                                                       \
 	static void se_##name##_cb(struct doca_sync_event_task_##name *t, union doca_data ud, union doca_data cud) \
@@ -497,6 +469,29 @@ static void connect_pair(struct doca_pe *pa, struct doca_pe *pb, struct doca_rdm
 	CHECK(established == want, "rdma contexts connected (both established callbacks)");
 }
 
+/* Undoes make_rdma and connect_pair: stops both rdma contexts, progressing
+ * both engines until they are idle (at most 5 s), then destroys the contexts
+ * and their progress engines. */
+static void disconnect_pair(struct doca_pe *pa, struct doca_pe *pb, struct doca_rdma *A, struct doca_rdma *B)
+{
+	enum doca_ctx_states sa = DOCA_CTX_STATE_RUNNING, sb = DOCA_CTX_STATE_RUNNING;
+	double end;
+
+	doca_ctx_stop(doca_rdma_as_ctx(A));
+	doca_ctx_stop(doca_rdma_as_ctx(B));
+	end = now_s() + 5;
+	while (now_s() < end && (sa != DOCA_CTX_STATE_IDLE || sb != DOCA_CTX_STATE_IDLE)) {
+		doca_pe_progress(pa);
+		doca_pe_progress(pb);
+		doca_ctx_get_state(doca_rdma_as_ctx(A), &sa);
+		doca_ctx_get_state(doca_rdma_as_ctx(B), &sb);
+	}
+	RC(doca_rdma_destroy(A), DOCA_SUCCESS);
+	RC(doca_rdma_destroy(B), DOCA_SUCCESS);
+	RC(doca_pe_destroy(pa), DOCA_SUCCESS);
+	RC(doca_pe_destroy(pb), DOCA_SUCCESS);
+}
+
 static void test_remote(void)
 {
 	const uint32_t rw = DOCA_ACCESS_FLAG_LOCAL_READ_WRITE | DOCA_ACCESS_FLAG_RDMA_READ | DOCA_ACCESS_FLAG_RDMA_WRITE;
@@ -664,23 +659,7 @@ static void test_remote(void)
 	doca_buf_inventory_stop(inv);
 	doca_buf_inventory_destroy(inv);
 	RC(doca_mmap_destroy(lm), DOCA_SUCCESS);
-	doca_ctx_stop(doca_rdma_as_ctx(A));
-	doca_ctx_stop(doca_rdma_as_ctx(B));
-	{
-		double end = now_s() + 5;
-		enum doca_ctx_states sa = DOCA_CTX_STATE_RUNNING, sb = DOCA_CTX_STATE_RUNNING;
-
-		while (now_s() < end && (sa != DOCA_CTX_STATE_IDLE || sb != DOCA_CTX_STATE_IDLE)) {
-			doca_pe_progress(pa);
-			doca_pe_progress(pb);
-			doca_ctx_get_state(doca_rdma_as_ctx(A), &sa);
-			doca_ctx_get_state(doca_rdma_as_ctx(B), &sb);
-		}
-	}
-	RC(doca_rdma_destroy(A), DOCA_SUCCESS);
-	RC(doca_rdma_destroy(B), DOCA_SUCCESS);
-	RC(doca_pe_destroy(pa), DOCA_SUCCESS);
-	RC(doca_pe_destroy(pb), DOCA_SUCCESS);
+	disconnect_pair(pa, pb, A, B);
 	free(lmem);
 }
 
@@ -738,38 +717,15 @@ static void test_remote_no_atomic(void)
 	doca_buf_inventory_stop(inv);
 	doca_buf_inventory_destroy(inv);
 	RC(doca_mmap_destroy(lm), DOCA_SUCCESS);
-	doca_ctx_stop(doca_rdma_as_ctx(A));
-	doca_ctx_stop(doca_rdma_as_ctx(B));
-	{
-		double end = now_s() + 5;
-		enum doca_ctx_states sa = DOCA_CTX_STATE_RUNNING, sb = DOCA_CTX_STATE_RUNNING;
-
-		while (now_s() < end && (sa != DOCA_CTX_STATE_IDLE || sb != DOCA_CTX_STATE_IDLE)) {
-			doca_pe_progress(pa);
-			doca_pe_progress(pb);
-			doca_ctx_get_state(doca_rdma_as_ctx(A), &sa);
-			doca_ctx_get_state(doca_rdma_as_ctx(B), &sb);
-		}
-	}
-	RC(doca_rdma_destroy(A), DOCA_SUCCESS);
-	RC(doca_rdma_destroy(B), DOCA_SUCCESS);
-	RC(doca_pe_destroy(pa), DOCA_SUCCESS);
-	RC(doca_pe_destroy(pb), DOCA_SUCCESS);
+	disconnect_pair(pa, pb, A, B);
 	free(lmem);
 }
 
 int main(void)
 {
-	struct doca_devinfo **list = NULL;
-	char ib[DOCA_DEVINFO_IBDEV_NAME_SIZE];
-	uint32_t n = 0;
-
 	setenv("SOFTDOCA_TIMEOUT_MS", "1500", 1);
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	RC(doca_devinfo_create_list(&list, &n), DOCA_SUCCESS);
-	for (uint32_t i = 0; i < n; i++)
-		if (doca_devinfo_get_ibdev_name(list[i], ib, sizeof(ib)) == DOCA_SUCCESS && !strcmp(ib, "soft_lo"))
-			RC(doca_dev_open(list[i], &dev), DOCA_SUCCESS);
+	dev = open_soft_lo();
 	CHECK(dev != NULL, "opened soft_lo");
 	if (!dev)
 		return 1;
@@ -779,7 +735,5 @@ int main(void)
 	test_remote();
 	test_remote_no_atomic();
 	RC(doca_dev_close(dev), DOCA_SUCCESS);
-	doca_devinfo_destroy_list(list);
-	printf("test_sync_event: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary("test_sync_event");
 }
