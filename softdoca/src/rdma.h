@@ -353,6 +353,7 @@ struct sd_link {
 	int rx_iovcnt;
 	struct iovec rx_iov1;
 	size_t rx_left;                    /* payload bytes still to receive */
+	int rx_lowat;                      /* SO_RCVLOWAT in force (0: the default, 1 byte) */
 	int rx_discard;                    /* drain payload into scratch */
 	struct doca_mmap *rx_ref;
 	struct sd_rtask *rx_task;

@@ -122,6 +122,24 @@ static int rx_consume(struct sd_link *l, doca_error_t *st, int *frames)
 	return 0;
 }
 
+/* While a large payload is read straight into place, wake only when a good
+ * part of it can be read at once (SO_RCVLOWAT): fewer wake-ups and reads per
+ * payload. Never more than what is still due, so a live sender always meets it. */
+#define SD_RX_LOWAT (1024u << 10)
+static void rx_lowat(struct sd_link *l)
+{
+	int want = 0;
+
+	if (l->rx_state == SD_RX_PAYLOAD && !l->rx_discard && l->rx_iovcnt && l->rx_left >= 2 * SD_RX_DIRECT_MIN)
+		want = (int)(l->rx_left < SD_RX_LOWAT ? l->rx_left : SD_RX_LOWAT);
+	if (want == l->rx_lowat)
+		return;
+	int v = want ? want : 1;
+
+	if (setsockopt(l->ep.fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0)
+		l->rx_lowat = want;
+}
+
 int sd_rx_read(struct sd_link *l, doca_error_t *st)
 {
 	int frames = 0;
@@ -182,8 +200,10 @@ int sd_rx_read(struct sd_link *l, doca_error_t *st)
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				rx_lowat(l);
 				return 0;
+			}
 			*st = DOCA_ERROR_CONNECTION_RESET;
 			return -1;
 		}
