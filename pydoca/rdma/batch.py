@@ -175,8 +175,9 @@ class TaskBatch:
             self._finish_if_done()
             return self.done
         if not finished():
-            self.ctx.pe.run_until(finished, 1e9 if timeout is None else timeout,
-                                  what=f"{self.kind} batch of {self.n}")
+            pe = self.ctx.pe
+            if not (pe.progress() and finished()):     # one round first: often enough
+                pe.run_until(finished, 1e9 if timeout is None else timeout, what=f"{self.kind} batch of {self.n}")
         return self
 
     def errors(self) -> List[Tuple[int, DocaError]]:
