@@ -73,3 +73,9 @@ async def async_echo(payload: bytes) -> bytes:
     import asyncio
     await asyncio.sleep(0.01)
     return payload[::-1]
+
+
+def slow_fail(view: memoryview, length: int) -> None:
+    """Sleeps float(data) seconds, then fails: a posted write whose failure comes late."""
+    time.sleep(float(bytes(view)))
+    raise RuntimeError("failed late on purpose")

@@ -50,7 +50,8 @@ class Op:
 
 class Posted:
     """Posted writes in flight: at most ``limit`` delivered but not yet retired by the responder
-    (its CREDIT frames, or a STATUS for a failed one); failures wait here for the caller."""
+    (its CREDIT frames, or a STATUS with FLAG_POSTED for a failed one); failures wait here for the
+    caller. ``paths`` only names the endpoint in messages (bounded: the oldest are forgotten)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -71,14 +72,10 @@ class Posted:
     def credit(self, count: int) -> None:
         self.inflight = max(0, self.inflight - count)
 
-    def failed(self, seq: int, error: BaseException) -> bool:
-        """A STATUS for ``seq``: True when it was a posted write's (its credit comes back with it)."""
-        path = self.paths.pop(seq, None)
-        if path is None:
-            return False
+    def retired_by_failure(self, seq: int) -> Optional[str]:
+        """A STATUS with FLAG_POSTED for ``seq``: its credit comes back with it; the path if still known."""
         self.inflight = max(0, self.inflight - 1)
-        self.failures.append(error)
-        return True
+        return self.paths.pop(seq, None)
 
     def take_failure(self) -> Optional[BaseException]:
         return self.failures.popleft() if self.failures else None

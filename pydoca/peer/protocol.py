@@ -9,8 +9,9 @@ strict: wrong magic, version, type, flags, length or body size raises
 :class:`FrameError`.
 
 A WRITE with :data:`FLAG_POSTED` (inline only) is answered only when it
-fails (STATUS with its seq); the responder returns credits for posted writes
-whose handlers ran in CREDIT frames (``count u32``, seq 0).
+fails (STATUS with its seq and FLAG_POSTED, which returns its credit); the
+responder returns credits for posted writes whose handlers ran in CREDIT
+frames (``count u32``, seq 0).
 
 Data messages (WRITE, READ, CALL, READY, RESULT) share one body layout,
 ``ep u16 | pad u16 | offset u64 | length u64 | inline payload``. With
@@ -40,7 +41,7 @@ MAC = 32                                       # bytes of an HMAC-SHA256
 FLAG_MORE = 0x1        # HELLO: more fragments follow
 FLAG_WAIT = 0x2        # WRITE/READ/CALL: queue if the endpoint is busy (else BUSY)
 FLAG_IN_BUFFER = 0x4   # WRITE/CALL/READY/RESULT: the data lies in the requester's slot, not inline
-FLAG_POSTED = 0x8      # WRITE (inline): answer only a failure; success returns a credit (CREDIT)
+FLAG_POSTED = 0x8      # WRITE (inline): answer only a failure; STATUS: that failure (its credit back)
 _KNOWN_FLAGS = FLAG_MORE | FLAG_WAIT | FLAG_IN_BUFFER | FLAG_POSTED
 
 

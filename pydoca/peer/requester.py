@@ -210,7 +210,7 @@ class Requester:
         self.hello, self.instance = doc, doc["instance"]
         window = doc.get("window")
         if isinstance(window, int) and 0 < window < self.window:
-            self.window = window                    # the responder sized its receive pool for this
+            self.window = self._posted.limit = window   # the responder sized its receive pool for this
         self.identity = str(doc.get("identity", ""))
         if doc.get("region"):
             self.region = MemoryMap.from_export(self.dev, base64.b64decode(doc["region"]))
@@ -249,6 +249,9 @@ class Requester:
         except TimeoutError:
             raise PeerTimeout(f"posted writes not retired after {limit:g}s ({self._posted.inflight} left)") from None
         self._raise_posted()
+        if self._fatal is not None and self._posted.inflight:
+            raise Disconnected(f"{self._posted.inflight} posted write(s) delivered but their handlers' outcome is "
+                               f"unknown: {self._fatal}")
 
     def _raise_posted(self) -> None:
         error = self._posted.take_failure()
@@ -630,13 +633,18 @@ class Requester:
             self._pump()
             return
         op = self._active.get(frame.seq)
-        if op is None or (op.posted and isinstance(msg, P.StatusMsg)):
-            if isinstance(msg, P.StatusMsg) and frame.seq and self._posted.failed(
-                    frame.seq, error_for(msg.code, f"posted write (seq {frame.seq}) failed: {msg.message}")):
-                if op is not None:            # the failure overtook the delivery: the write itself fails
-                    self._answer(op, error=self._posted.failures.pop())
-                self._pump()
-            elif frame.seq == 0 and isinstance(msg, P.StatusMsg):
+        if isinstance(msg, P.StatusMsg) and frame.flags & P.FLAG_POSTED:
+            path = self._posted.retired_by_failure(frame.seq)
+            error = error_for(msg.code, f"posted write{' to ' + path if path else ''} (seq {frame.seq}) failed: "
+                                        f"{msg.message}")
+            if op is not None and op.posted:  # the failure overtook the delivery: the write itself fails
+                self._answer(op, error=error)
+            else:
+                self._posted.failures.append(error)
+            self._pump()
+            return
+        if op is None:
+            if frame.seq == 0 and isinstance(msg, P.StatusMsg):
                 self._break(error_for(msg.code, msg.message))
             return
         try:

@@ -44,7 +44,6 @@ from .workers import HandlerPool, Job
 log = get_logger()
 
 REGION_ACCESS = Access.LOCAL_READ_WRITE | Access.RDMA_READ | Access.RDMA_WRITE
-CREDIT_BATCH = 4           # posted writes credited per CREDIT frame (or fewer when none is left open)
 
 
 class _Peer:
@@ -247,7 +246,15 @@ class Responder:
             item = self._inbox.popleft()
             self._guard(item[0], self._dispatch, item)
         self._guard("maintenance", self._maintain)
+        self._guard("credits", self._send_credits)
         return n
+
+    def _send_credits(self) -> None:
+        """Credits of posted writes whose handlers ran, once per pass (one frame per requester)."""
+        for peer in self._peers.values():
+            if peer.credit_due:
+                self._send(peer, P.Credit(peer.credit_due), 0)
+                peer.credit_due = 0
 
     def _guard(self, what: str, fn: Callable[..., None], *args: Any) -> None:
         try:
@@ -429,8 +436,8 @@ class Responder:
         if not peer.gone:
             self.channel.send(peer.conn, P.encode(msg, seq, flags), on_done)
 
-    def _status(self, peer: _Peer, seq: int, code: P.Status, message: str = "") -> None:
-        self._send(peer, P.StatusMsg(code, message), seq)
+    def _status(self, peer: _Peer, seq: int, code: P.Status, message: str = "", flags: int = 0) -> None:
+        self._send(peer, P.StatusMsg(code, message), seq, flags)
 
     def _on_message(self, peer: _Peer, data: bytes) -> None:
         try:
@@ -505,23 +512,26 @@ class Responder:
 
     # -- operations -----------------------------------------------------------------------
     def _on_request(self, peer: _Peer, mtype: P.MsgType, seq: int, msg: P.Data, flags: int) -> None:
+        pf = flags & P.FLAG_POSTED          # a posted write's refusal also returns its credit
         if not 0 <= msg.ep < len(self.endpoints):
-            self._status(peer, seq, P.Status.NOT_FOUND, f"no endpoint with id {msg.ep}")
+            self._status(peer, seq, P.Status.NOT_FOUND, f"no endpoint with id {msg.ep}", flags=pf)
             return
         ep = self.endpoints[msg.ep]
         want = {P.MsgType.WRITE: Kind.WRITE, P.MsgType.READ: Kind.READ, P.MsgType.CALL: Kind.CALL}[mtype]
         if ep.kind is not want:
-            self._status(peer, seq, P.Status.REJECTED, f"{ep.path} is a {ep.kind.value} endpoint, not {want.value}")
+            self._status(peer, seq, P.Status.REJECTED, f"{ep.path} is a {ep.kind.value} endpoint, not {want.value}",
+                         flags=pf)
             return
         if ep.id not in peer.slots:
             self._status(peer, seq, P.Status.REJECTED, f"{peer.info.key_id if peer.info else ''!r} has no "
-                         f"{want.value} right on {ep.path}")
+                         f"{want.value} right on {ep.path}", flags=pf)
             return
         in_buffer = bool(flags & P.FLAG_IN_BUFFER)
         if msg.offset + msg.length > ep.size or (want is Kind.WRITE and msg.length == 0) or \
                 (want is Kind.CALL and msg.offset != 0):
             self._status(peer, seq, P.Status.TOO_LARGE,
-                         f"{msg.length} bytes at offset {msg.offset} do not fit {ep.path} ({ep.size} bytes)")
+                         f"{msg.length} bytes at offset {msg.offset} do not fit {ep.path} ({ep.size} bytes)",
+                         flags=pf)
             return
         data: Any
         in_slot = False
@@ -540,7 +550,7 @@ class Responder:
         elif not flags & P.FLAG_WAIT or len(ep.waiting) >= (ep.queue if ep.queue is not None else
                                                              self.max_connections * self.window):
             self._status(peer, seq, P.Status.BUSY, f"{ep.path} is busy" + (" (queue full)" if flags & P.FLAG_WAIT
-                                                                           else ""))
+                                                                           else ""), flags=pf)
         else:
             peer.posted_open += req.posted
             ep.waiting.append(req)
@@ -642,12 +652,9 @@ class Responder:
             peer = req.peer
             peer.posted_open -= 1
             if code is P.Status.OK:
-                peer.credit_due += 1
-            else:
-                self._status(peer, req.seq, code, message)
-            if peer.credit_due and (peer.credit_due >= CREDIT_BATCH or peer.posted_open == 0):
-                self._send(peer, P.Credit(peer.credit_due), 0)
-                peer.credit_due = 0
+                peer.credit_due += 1         # sent at the end of this pass (_send_credits)
+            else:                            # FLAG_POSTED: this status also returns the write's credit
+                self._send(peer, P.StatusMsg(code, message), req.seq, P.FLAG_POSTED)
         self._release(req)
 
     def _release(self, req: Request) -> None:
