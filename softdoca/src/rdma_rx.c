@@ -130,7 +130,8 @@ static void rx_lowat(struct sd_link *l)
 {
 	int want = 0;
 
-	if (l->rx_state == SD_RX_PAYLOAD && !l->rx_discard && l->rx_iovcnt && l->rx_left >= 2 * SD_RX_DIRECT_MIN)
+	if (!l->dead && !l->rx_paused && !l->draining && l->rx_state == SD_RX_PAYLOAD && !l->rx_discard &&
+	    l->rx_iovcnt && l->rx_left >= 2 * SD_RX_DIRECT_MIN)
 		want = (int)(l->rx_left < SD_RX_LOWAT ? l->rx_left : SD_RX_LOWAT);
 	if (want == l->rx_lowat)
 		return;
@@ -140,7 +141,21 @@ static void rx_lowat(struct sd_link *l)
 		l->rx_lowat = want;
 }
 
+static int rx_read_turn(struct sd_link *l, doca_error_t *st);
+
+/* One turn of reading; whatever ended it (EAGAIN, the per-turn budget, a
+ * pause, a finished payload), the low-water mark then matches the state the
+ * link is left in, so epoll never waits for bytes that are not due. */
 int sd_rx_read(struct sd_link *l, doca_error_t *st)
+{
+	int rc = rx_read_turn(l, st);
+
+	if (l->ep.fd >= 0)
+		rx_lowat(l);
+	return rc;
+}
+
+static int rx_read_turn(struct sd_link *l, doca_error_t *st)
 {
 	int frames = 0;
 	size_t bytes = 0;
@@ -200,10 +215,8 @@ int sd_rx_read(struct sd_link *l, doca_error_t *st)
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				rx_lowat(l);
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return 0;
-			}
 			*st = DOCA_ERROR_CONNECTION_RESET;
 			return -1;
 		}
