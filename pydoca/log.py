@@ -215,6 +215,8 @@ class SdkLogRoute:
         self._sink = _Sink()
         self._seq = itertools.count(1)
         self._closed = False
+        self._fd_lock = threading.Lock()   # who closes the pipe's fds: close(), or the reader if still running
+        self._exited = self._handoff = False
         self._thread = threading.Thread(target=self._run, name="pydoca-sdk-log", daemon=True)
         self._thread.start()
 
@@ -227,6 +229,22 @@ class SdkLogRoute:
         return self._thread
 
     def _run(self) -> None:
+        try:
+            self._read_until_stopped()
+        finally:
+            with self._fd_lock:
+                self._exited = True
+                if self._handoff:             # close() gave up waiting: its fds are ours to close
+                    self._close_fds()
+
+    def _close_fds(self) -> None:
+        for fd in (self._rfd, self._stop_r, self._stop_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _read_until_stopped(self) -> None:
         poller = select.poll()
         poller.register(self._rfd, select.POLLIN)
         poller.register(self._stop_r, select.POLLIN)
@@ -290,11 +308,11 @@ class SdkLogRoute:
             pass
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
-        for fd in (self._rfd, self._stop_r, self._stop_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        with self._fd_lock:                   # never close an fd the reader may still read
+            if self._exited or self._thread.ident is None:     # finished, or never started
+                self._close_fds()
+            else:
+                self._handoff = True
 
     def __enter__(self) -> "SdkLogRoute":
         return self

@@ -177,3 +177,45 @@ def test_the_reader_thread_does_not_block_interpreter_exit() -> None:
                           text=True, timeout=60, env={**os.environ, "PYDOCA_BACKEND": "soft"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok" and "Exception" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_close_never_hands_the_reader_a_reused_fd() -> None:
+    """close() that gives up waiting for a busy reader leaves the pipe's fds to it: a file opened
+    afterwards never gets one of their numbers while the reader can still read it."""
+    import logging
+    import os
+    import time
+
+    import pydoca.log as L
+
+    class Slow(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            time.sleep(0.6)
+
+    logger = logging.getLogger("pydoca.sdk")
+    handler, level, propagate = Slow(), logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        route = L.route_sdk_logs()
+        old = {route._rfd, route._stop_r, route._stop_w}
+        os.write(route._wfd, b"[t][%d][DOCA][ERR][softdoca] first record\n" % os.getpid())
+        time.sleep(0.1)                                  # the reader is inside the slow handler
+        route.close(timeout=0.1)
+        assert route.thread.is_alive()
+        r, w = os.pipe()
+        try:
+            assert not {r, w} & old, "a new file got a number the reader still owns"
+            os.write(w, b"mine\n")
+            route.thread.join(5)
+            assert not route.thread.is_alive()
+            os.set_blocking(r, False)
+            assert os.read(r, 100) == b"mine\n"            # nobody else read it
+        finally:
+            os.close(r)
+            os.close(w)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
