@@ -346,8 +346,8 @@ void sd_task_complete(struct doca_task *task, doca_error_t status)
 	else
 		pe->cq_head = task;
 	pe->cq_tail = task;
+	sd_pe_wake(pe); /* under the lock: doca_pe_destroy cannot free pe (or close its eventfd) meanwhile */
 	pthread_mutex_unlock(&pe->lock);
-	sd_pe_wake(pe);
 }
 
 void sd_task_complete_list(struct doca_pe *pe, struct doca_task *head, struct doca_task *tail)
@@ -361,8 +361,8 @@ void sd_task_complete_list(struct doca_pe *pe, struct doca_task *head, struct do
 	else
 		pe->cq_head = head;
 	pe->cq_tail = tail;
+	sd_pe_wake(pe); /* under the lock, as above */
 	pthread_mutex_unlock(&pe->lock);
-	sd_pe_wake(pe);
 }
 
 _Thread_local uint32_t sd_submit_flags = DOCA_TASK_SUBMIT_FLAG_FLUSH;

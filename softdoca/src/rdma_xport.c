@@ -134,6 +134,7 @@ static struct sd_xt_hdr *x_tab; /* our table (x_lock for creation) */
 static int x_fd = -1;
 static uint8_t x_probe[16];     /* the token, read by peers to probe CMA */
 static atomic_int x_logged;
+static int x_slot_fd[SD_XT_SLOTS]; /* shared file of slot k: fd + 1, kept open while published (x_lock) */
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
@@ -156,6 +157,11 @@ static void x_atfork_child(void)
 		close(x_fd);
 	x_tab = NULL;
 	x_fd = -1;
+	for (uint32_t k = 0; k < SD_XT_SLOTS; k++) { /* the parent's shared files stay the parent's */
+		if (x_slot_fd[k] > 0)
+			close(x_slot_fd[k] - 1);
+		x_slot_fd[k] = 0;
+	}
 }
 
 static void x_init(void)
@@ -246,7 +252,6 @@ static struct sd_xt_slot *slots_of(struct sd_xt_hdr *h)
 }
 
 /* ---------------------------------------------------------------- shared mappings (target) */
-static int x_slot_fd[SD_XT_SLOTS]; /* fd + 1 kept open for slot k (x_lock) */
 
 /* If [addr, addr+len) lies in one shared mapping of a memfd sealed against
  * shrinking, an fd of that file (caller closes) and the offset of addr in it;
@@ -290,6 +295,10 @@ static int x_shared_fd(const void *addr, size_t len, uint64_t *foff)
 			continue;
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", n);
 		fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_ino != ino)) { /* n was closed and reused meanwhile */
+			close(fd);
+			fd = -1;
+		}
 	}
 	if (dir)
 		closedir(dir);
@@ -388,7 +397,8 @@ void sd_xport_revoke(const struct doca_mmap *m)
 				"mid-copy?); retiring its table slot",
 				(unsigned long long)m->id, (unsigned long long)(sd_eng_timeout_ns() / 1000000));
 			atomic_store(&e->state, XS_DEAD);
-			x_slot_close(e);
+			/* its shared file's fd stays open for good: a stalled peer holding the slot may still
+			 * open /proc/<pid>/fd/<n>, which must not name a reused fd */
 			return;
 		}
 		if (spins < 1000) {
