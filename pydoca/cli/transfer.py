@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
     s.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT")
     s.add_argument("--metadata", default=None, metavar="STORE")
     s.add_argument("--register", action="append", default=[], metavar="NAME:SIZE[:FILL]",
-                   help="register a zeroed segment (FILL: 'pattern' fills the bench pattern)")
+                   help="register a zeroed segment in shared memory (FILL: 'pattern' fills the bench pattern)")
     s.add_argument("--token-file", metavar="FILE")
     s.add_argument("--device", action="append", default=[], metavar="NAME",
                    help="also serve on this device (ibdev or interface name; repeatable)")
@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from ..memory import shared_memory
     from ..transfer import TransferEngine
     from ..transfer.bench import pattern
     token = None
@@ -83,7 +84,11 @@ def _serve(args: argparse.Namespace) -> int:
         for item in args.register:
             name, _, rest = item.partition(":")
             size_text, _, fill = rest.partition(":")
-            buf = pattern(_size(size_text)) if fill == "pattern" else np.zeros(_size(size_text), dtype=np.uint8)
+            n = _size(size_text)
+            # shared memory (a sealed memfd, zeroed): engines on this host copy into it with memcpy
+            buf = np.frombuffer(shared_memory(n, name=f"pydoca-segment-{name}"), dtype=np.uint8)
+            if fill == "pattern":
+                buf[:] = pattern(n)
             te.register(name, buf)
         stop = []
         for sig in (signal.SIGINT, signal.SIGTERM):

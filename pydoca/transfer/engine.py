@@ -30,6 +30,8 @@ from ..peer.errors import HandlerError, PeerError
 from ..peer.spec import split_address
 from ..rdma.batch import TaskBatch
 from .batch import Op, Request, TransferBatch, _Part
+
+_OP_BY_NAME: Dict[str, Op] = {op.value: op for op in Op}    # "write" -> Op.WRITE without an enum call
 from .errors import SegmentNotFound, StaleSegment, TransferError
 from .metadata import PREFIX, MetadataStore
 from .stores import open_store
@@ -320,7 +322,7 @@ class TransferEngine:
 
     def _plan(self, i: int, req: Request, plan: Dict[Tuple[int, bool, int, int], Dict[str, Any]],
               conns: Dict[int, Requester], cleanup: List[Callable[[], None]], peers: Dict[str, _Peer]) -> None:
-        op = req.op if isinstance(req.op, Op) else Op(req.op)
+        op = req.op if req.op.__class__ is Op else _OP_BY_NAME.get(req.op) or Op(req.op)
         remote = self.open_segment(req.remote) if isinstance(req.remote, str) else req.remote
         remote.check()
         if req.length <= 0 or req.remote_offset < 0 or req.remote_offset + req.length > remote.length:
@@ -332,14 +334,14 @@ class TransferEngine:
         peer = peers.get(remote.owner)
         if peer is None:
             peer = peers[remote.owner] = self._peer(remote.owner)
-        if peer.instance != remote.generation.split(":")[0]:
+        if not remote.generation.startswith(peer.instance + ":") and remote.generation != peer.instance:
             remote.close()                                    # stale: refused before anything is written
             remote.check()
         n = len(peer.routes)
         is_read = op is Op.READ
         rpath = len(remote.paths) - 1
         size, length, roff0 = self.slice_size, req.length, req.remote_offset
-        for k, start in enumerate(range(0, length, size)):
+        for k, start in enumerate(range(0, length, size) if length > size else (0,)):
             route = peer.routes[(peer.next + k) % n]
             lm, rm = lmap(route.local), remote.rmap(self.devs, route.local, min(route.path, rpath))
             key = (id(route.conn), is_read, id(lm), id(rm))
@@ -367,8 +369,7 @@ class TransferEngine:
             if req.local_offset < 0 or req.local_offset + req.length > local.length:
                 raise TransferError(f"{req.length} bytes at offset {req.local_offset} do not fit local segment "
                                     f"{local.name} ({local.length} bytes)")
-            seg = local
-            return (lambda d: seg.mmaps[d]), req.local_offset
+            return local.mmaps.__getitem__, req.local_offset
         view = as_memory(local)
         if req.local_offset + req.length > view.nbytes:
             raise TransferError(f"{req.length} bytes at offset {req.local_offset} do not fit the local buffer "
