@@ -304,9 +304,10 @@ class TransferEngine:
         early: List[Tuple[int, Exception]] = []
         self._reap()
         peers: Dict[str, _Peer] = {}                            # looked up once per batch
+        lanes: Dict[Tuple[int, int, int, bool], Dict[str, Any]] = {}  # (remote, segment, route, read?) -> plan
         for i, req in enumerate(requests):
             try:
-                self._plan(i, req, plan, conns, cleanup, peers)
+                self._plan(i, req, plan, conns, cleanup, peers, lanes)
             except (TransferError, ValueError) as exc:
                 early.append((i, exc))
         parts: List[_Part] = []
@@ -321,7 +322,8 @@ class TransferEngine:
                              early)
 
     def _plan(self, i: int, req: Request, plan: Dict[Tuple[int, bool, int, int], Dict[str, Any]],
-              conns: Dict[int, Requester], cleanup: List[Callable[[], None]], peers: Dict[str, _Peer]) -> None:
+              conns: Dict[int, Requester], cleanup: List[Callable[[], None]], peers: Dict[str, _Peer],
+              lanes: Dict[Tuple[int, int, int, bool], Dict[str, Any]]) -> None:
         op = req.op if req.op.__class__ is Op else _OP_BY_NAME.get(req.op) or Op(req.op)
         remote = self.open_segment(req.remote) if isinstance(req.remote, str) else req.remote
         remote.check()
@@ -341,20 +343,42 @@ class TransferEngine:
         is_read = op is Op.READ
         rpath = len(remote.paths) - 1
         size, length, roff0 = self.slice_size, req.length, req.remote_offset
+        seg = getattr(lmap, "__self__", None)                 # a segment's maps (see _local): plan once a lane
+        if length <= size and seg is not None:
+            k = peer.next
+            peer.next = (k + 1) % n
+            lane = (id(remote), id(seg), k, is_read)
+            sl = lanes.get(lane)
+            if sl is None:
+                route = peer.routes[k]
+                sl = lanes[lane] = self._slice_plan(plan, conns, route, is_read, lmap(route.local),
+                                                    remote.rmap(self.devs, route.local, min(route.path, rpath)))
+            sl["loff"].append(loff)
+            sl["roff"].append(roff0)
+            sl["size"].append(length)
+            sl["owner"].append(i)
+            return
         for k, start in enumerate(range(0, length, size) if length > size else (0,)):
             route = peer.routes[(peer.next + k) % n]
-            lm, rm = lmap(route.local), remote.rmap(self.devs, route.local, min(route.path, rpath))
-            key = (id(route.conn), is_read, id(lm), id(rm))
-            sl = plan.get(key)
-            if sl is None:
-                conns[id(route.conn)] = route.conn
-                sl = plan[key] = {"lmap": lm, "rmap": rm, "loff": [], "roff": [], "size": [], "owner": [],
-                                  "route": (route.local, route.path)}
+            sl = self._slice_plan(plan, conns, route, is_read, lmap(route.local),
+                                  remote.rmap(self.devs, route.local, min(route.path, rpath)))
             sl["loff"].append(loff + start)
             sl["roff"].append(roff0 + start)
             sl["size"].append(min(size, length - start))
             sl["owner"].append(i)
         peer.next = (peer.next + 1) % n
+
+    @staticmethod
+    def _slice_plan(plan: Dict[Tuple[int, bool, int, int], Dict[str, Any]], conns: Dict[int, Requester],
+                    route: _Route, is_read: bool, lm: MemoryMap, rm: MemoryMap) -> Dict[str, Any]:
+        """The slices going over ``route`` between ``lm`` and ``rm`` (one TaskBatch.ranges)."""
+        key = (id(route.conn), is_read, id(lm), id(rm))
+        sl = plan.get(key)
+        if sl is None:
+            conns[id(route.conn)] = route.conn
+            sl = plan[key] = {"lmap": lm, "rmap": rm, "loff": [], "roff": [], "size": [], "owner": [],
+                              "route": (route.local, route.path)}
+        return sl
 
     def _local(self, req: Request, op: Op,
                cleanup: List[Callable[[], None]]) -> Tuple[Callable[[int], MemoryMap], int]:
