@@ -42,13 +42,7 @@ static int pool_live(const struct doca_buf_pool *p)
 	return p && sd_handle_live_kind(p, SD_H_OTHER) && p->magic == SD_POOL_MAGIC;
 }
 
-#define CHECK_POOL(p)                                  \
-	do {                                           \
-		if (!(p))                              \
-			return DOCA_ERROR_INVALID_VALUE; \
-		if (!pool_live(p))                     \
-			return DOCA_ERROR_BAD_STATE;   \
-	} while (0)
+#define CHECK_POOL(p) SD_CHECK_HANDLE(p, pool_live)
 
 SD_EXPORT doca_error_t doca_buf_pool_create(size_t num_elements, size_t element_size, const struct doca_mmap *mmap,
 					    struct doca_buf_pool **buf_pool)

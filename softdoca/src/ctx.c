@@ -10,13 +10,7 @@ static int ctx_live(const struct doca_ctx *ctx)
 	return ctx && sd_handle_live_kind(ctx, SD_H_CTX);
 }
 
-#define CHECK_CTX(ctx)                             \
-	do {                                       \
-		if (!(ctx))                        \
-			return DOCA_ERROR_INVALID_VALUE; \
-		if (!ctx_live(ctx))                \
-			return DOCA_ERROR_BAD_STATE; \
-	} while (0)
+#define CHECK_CTX(ctx) SD_CHECK_HANDLE(ctx, ctx_live)
 
 doca_error_t sd_ctx_init(struct doca_ctx *ctx, const struct sd_ctx_ops *ops, void *impl)
 {

@@ -74,6 +74,16 @@ void sd_handle_del(void *h);
 int sd_handle_live(const void *h);                /* any kind */
 int sd_handle_live_kind(const void *h, int kind); /* that kind only */
 
+/* The first check of every function taking a handle: NULL is INVALID_VALUE,
+ * a destroyed (or foreign) handle BAD_STATE (docs/softdoca-contract.md). */
+#define SD_CHECK_HANDLE(h, live)                         \
+	do {                                             \
+		if (!(h))                                \
+			return DOCA_ERROR_INVALID_VALUE; \
+		if (!live(h))                            \
+			return DOCA_ERROR_BAD_STATE;     \
+	} while (0)
+
 /* Little-endian wire helpers (descriptors, protocol headers). */
 static inline void sd_put_le16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 static inline void sd_put_le32(uint8_t *p, uint32_t v)

@@ -11,13 +11,7 @@ static int inv_live(const struct doca_buf_inventory *inv)
 	return inv && sd_handle_live_kind(inv, SD_H_INV);
 }
 
-#define CHECK_INV(inv)                             \
-	do {                                       \
-		if (!(inv))                        \
-			return DOCA_ERROR_INVALID_VALUE; \
-		if (!inv_live(inv))                \
-			return DOCA_ERROR_BAD_STATE; \
-	} while (0)
+#define CHECK_INV(inv) SD_CHECK_HANDLE(inv, inv_live)
 
 /* Caller holds inv->lock. */
 static doca_error_t add_chunk_locked(struct doca_buf_inventory *inv, size_t num)

@@ -237,13 +237,7 @@ static int live(const struct doca_mmap *m)
 	return m && sd_handle_live_kind(m, SD_H_MMAP);
 }
 
-#define CHECK_MMAP(m)                              \
-	do {                                       \
-		if (!(m))                          \
-			return DOCA_ERROR_INVALID_VALUE; \
-		if (!live(m))                      \
-			return DOCA_ERROR_BAD_STATE; \
-	} while (0)
+#define CHECK_MMAP(m) SD_CHECK_HANDLE(m, live)
 
 static struct doca_mmap *mmap_alloc(void)
 {

@@ -14,13 +14,7 @@ static int pe_live(const struct doca_pe *pe)
 	return pe && sd_handle_live_kind(pe, SD_H_PE);
 }
 
-#define CHECK_PE(pe)                               \
-	do {                                       \
-		if (!(pe))                         \
-			return DOCA_ERROR_INVALID_VALUE; \
-		if (!pe_live(pe))                  \
-			return DOCA_ERROR_BAD_STATE; \
-	} while (0)
+#define CHECK_PE(pe) SD_CHECK_HANDLE(pe, pe_live)
 
 static void efd_signal(int efd)
 {

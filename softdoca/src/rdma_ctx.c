@@ -34,13 +34,7 @@ int sd_rdma_live(const struct doca_rdma *rdma)
 	return rdma && sd_handle_live_kind(rdma, SD_H_OTHER) && rdma->magic == SD_RDMA_MAGIC;
 }
 
-#define CHECK_RDMA(r)                                  \
-	do {                                           \
-		if (!(r))                              \
-			return DOCA_ERROR_INVALID_VALUE; \
-		if (!sd_rdma_live(r))                  \
-			return DOCA_ERROR_BAD_STATE;   \
-	} while (0)
+#define CHECK_RDMA(r) SD_CHECK_HANDLE(r, sd_rdma_live)
 
 #define CHECK_SET(r)                                   \
 	do {                                           \
@@ -585,10 +579,9 @@ SD_EXPORT doca_error_t doca_rdma_get_max_num_connections(struct doca_rdma *rdma,
  * exist. Arguments are checked first, as DOCA does. */
 static doca_error_t hw_only(const struct doca_rdma *rdma, const void *arg)
 {
-	if (!rdma || !arg)
+	if (!arg)
 		return DOCA_ERROR_INVALID_VALUE;
-	if (!sd_rdma_live(rdma))
-		return DOCA_ERROR_BAD_STATE;
+	CHECK_RDMA(rdma);
 	return DOCA_ERROR_NOT_SUPPORTED;
 }
 

@@ -106,13 +106,7 @@ static int se_live(const struct doca_sync_event *se)
 	return se && sd_handle_live_kind(se, SD_H_OTHER) && se->magic == SD_SE_MAGIC;
 }
 
-#define CHECK_SE(se)                                   \
-	do {                                           \
-		if (!(se))                             \
-			return DOCA_ERROR_INVALID_VALUE; \
-		if (!se_live(se))                      \
-			return DOCA_ERROR_BAD_STATE;   \
-	} while (0)
+#define CHECK_SE(se) SD_CHECK_HANDLE(se, se_live)
 
 /* Neither started standalone nor a running context (caller holds se->lock). */
 static int configurable(const struct doca_sync_event *se)
