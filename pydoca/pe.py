@@ -4,17 +4,39 @@ Callbacks run only inside ``progress()`` on the calling thread. Two progress
 modes, chosen per engine: ``blocking`` sleeps on the engine's notification fd
 between events (low CPU), ``polling`` spins on ``doca_pe_progress`` (lowest
 latency). Both honour a timeout on every wait.
+
+On softdoca a blocking wait sleeps in ``softdoca_pe_wait``: the thread waits
+on the engine's notification set itself, so the input of its connections
+wakes it directly (one thread wake-up per completion, not two) and is read
+in C before the call returns.
 """
 from __future__ import annotations
 
+import ctypes
 import enum
+import functools
+import math
 import select
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from ._native import callbacks, ffi, lib
 from .errors import check
 from .resource import Resource
+
+
+@functools.lru_cache(maxsize=1)
+def _soft_waits() -> Optional[Any]:
+    """softdoca's direct-wake wait and kick (ctypes: the GIL is released while it sleeps); None elsewhere."""
+    from ._native import backend
+    if backend.name != "soft":
+        return None
+    handle = ctypes.CDLL(backend.paths[0])
+    if not hasattr(handle, "softdoca_pe_wait"):
+        return None
+    handle.softdoca_pe_wait.argtypes, handle.softdoca_pe_wait.restype = [ctypes.c_void_p, ctypes.c_int], ctypes.c_int
+    handle.softdoca_pe_kick.argtypes, handle.softdoca_pe_kick.restype = [ctypes.c_void_p], None
+    return handle
 
 
 class ProgressMode(str, enum.Enum):
@@ -40,6 +62,10 @@ class ProgressEngine(Resource):
             lib.doca_pe_destroy(self._pe)
             raise
         self._fd = int(handle[0])
+        self._addr = int(ffi.cast("uintptr_t", self._pe))
+        soft = _soft_waits()
+        self._soft_wait = None if soft is None else soft.softdoca_pe_wait
+        self._soft_kick = None if soft is None else soft.softdoca_pe_kick
         pe = self._pe
         self._arm(lambda: check(lib.doca_pe_destroy(pe), "doca_pe_destroy"))
 
@@ -84,6 +110,34 @@ class ProgressEngine(Resource):
         self._check_open()
         check(lib.doca_pe_clear_notification(self._pe, self._fd), "doca_pe_clear_notification")
 
+    @property
+    def can_kick(self) -> bool:
+        """Whether :meth:`kick` can wake a thread blocked in :meth:`sleep` (softdoca)."""
+        return self._soft_kick is not None
+
+    def kick(self) -> None:
+        """Wake the thread blocked in :meth:`sleep` (or make its next sleep return at once); any thread."""
+        if self._soft_kick is None:
+            raise NotImplementedError("this DOCA runtime has no way to wake a progress engine's waiter")
+        if not self.closed:
+            self._soft_kick(self._addr)
+
+    def sleep(self, timeout: float) -> bool:
+        """One blocking wait for the engine's next event (or :meth:`kick`), at most ``timeout`` s; call
+        :meth:`progress` next. Events pending already end it at once. True if it delivered events itself
+        (a DOCA runtime is progressed once after arming, so that none is missed)."""
+        self._check_open()
+        if self._soft_wait is not None:
+            self._soft_wait(self._addr, max(0, math.ceil(timeout * 1000)))
+            return False
+        self.request_notification()
+        if self.progress():
+            return True
+        ready, _, _ = select.select([self._fd], [], [], max(0.0, timeout))
+        if ready:
+            self.clear_notification()
+        return False
+
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Wait until at least one event is delivered or ``timeout`` (seconds)
         passes; returns True if something was delivered."""
@@ -96,16 +150,9 @@ class ProgressEngine(Resource):
                     return True
             return False
         while True:
-            self.request_notification()
-            if self.progress():
-                return True
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             # a bounded slice even without a deadline: a missed wake-up cannot stall forever
-            slice_ = 0.5 if remaining is None else min(remaining, 0.5)
-            ready, _, _ = select.select([self._fd], [], [], slice_)
-            if ready:
-                self.clear_notification()
-            if self.progress():
+            if self.sleep(0.5 if remaining is None else min(remaining, 0.5)) | self.progress():
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False

@@ -96,6 +96,23 @@ class Peer:
             self.pe.wait(0.05)
         return {"states": [c.state.value for c in self.rdma.connections]}
 
+    def hold_wakeups(self, seconds: float) -> Dict[str, Any]:
+        """Wait on the engine's notification handle with a bare epoll_wait, never clearing it or
+        progressing: a waiter that takes the links' wake-ups and reads nothing."""
+        import os
+        import select
+        import time
+        ep = select.epoll.fromfd(os.dup(self.pe.fileno()))
+        woke, end = 0, time.monotonic() + seconds
+        try:
+            while time.monotonic() < end:
+                if ep.poll(0.05):
+                    woke += 1
+                    time.sleep(0.01)
+        finally:
+            ep.close()
+        return {"woke": woke}
+
     def conn_events(self, want: str = "", wait: float = 5.0) -> Dict[str, Any]:
         """Progress until a connection event ``want`` was seen (or ``wait`` seconds); return them all."""
         import time

@@ -28,8 +28,8 @@ def free_port() -> int:
 class PeerProc:
     """tests/peer_proc.py in a subprocess, one JSON command at a time."""
 
-    def __init__(self, transport: Optional[str] = None) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+    def __init__(self, transport: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         if transport is not None:   # SOFTDOCA_TRANSPORT of the peer (tcp: a frozen peer cannot serve)
             env["SOFTDOCA_TRANSPORT"] = transport
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "peer_proc.py")], stdin=subprocess.PIPE,

@@ -199,6 +199,8 @@ class Responder:
         self._resources.append(self.dev)
         self.pe = ProgressEngine(mode=self.progress_mode)
         self._resources.append(self.pe)
+        if self.pe.can_kick:
+            self.pool.notify = self.pe.kick
         recv_slots = self.max_connections * (2 * self.window + 2)
         send_slots = 64
         self.inventory = BufferInventory(recv_slots + send_slots + 16)
@@ -271,6 +273,9 @@ class Responder:
             deadline = time.monotonic() + timeout
             while not self.pe.progress() and not self.pool.finished and time.monotonic() < deadline:
                 pass
+            return
+        if self.pe.can_kick:          # finished jobs kick the engine: one wait, woken straight by the links
+            self.pe.sleep(max(0.0, timeout))
             return
         self.pe.request_notification()
         if self.pe.progress() or self.pool.finished:

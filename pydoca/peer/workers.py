@@ -65,6 +65,7 @@ class HandlerPool:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[threading.Thread] = None
         self._closed = False
+        self.notify: Optional[Callable[[], None]] = None   # also called on each finish (e.g. ProgressEngine.kick)
 
     def fileno(self) -> int:
         """Readable when jobs have finished (call :meth:`take`)."""
@@ -108,6 +109,8 @@ class HandlerPool:
             os.write(self._wfd, b"\0")
         except OSError:       # pipe full (the serving thread will drain it) or closed at shutdown
             pass
+        if self.notify is not None:
+            self.notify()
 
     def _submit_async(self, job: Job) -> None:
         if self._loop is None:

@@ -66,6 +66,21 @@ doca_error_t softdoca_task_batch_allocate(struct doca_ctx *ctx,
 					  struct doca_task ***task_array,
 					  struct doca_task_batch **task_batch);
 
+/* ---------------------------------------------------------------- waiting */
+/*
+ * Block until pe has something for doca_pe_progress, softdoca_pe_kick is
+ * called, or timeout_ms passes (-1: no limit). The calling thread waits on
+ * the pe's notification set itself, so the input of its connections wakes it
+ * directly (not the engine thread, then it), and reads that input before
+ * returning. The same steps as request_notification / waiting on the handle /
+ * clear_notification, minus one thread wake-up per completion. Returns 1 when
+ * woken (or work was pending), 0 after timeout_ms, -1 for a bad handle.
+ */
+int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms);
+/* Wake a thread in softdoca_pe_wait (or make the next one return at once),
+ * from any thread. */
+void softdoca_pe_kick(struct doca_pe *pe);
+
 /* ---------------------------------------------------------------- diagnostics */
 /* 0 none, 1 rejected by the peer, 2 timed out, 3 refused, 4 lost; -1 bad handle. */
 int softdoca_rdma_connection_get_fail_reason(const struct doca_rdma_connection *conn);

@@ -357,6 +357,9 @@ struct sd_ctx_ops {
 	int (*progress)(struct doca_ctx *ctx);
 	/* doca_ctx_flush_tasks */
 	void (*flush)(struct doca_ctx *ctx);
+	/* A thread waiting on the pe was woken by fds this ctx registered with
+	 * sd_pe_watch (their tags): read them now, on that thread. May be NULL. */
+	void (*service)(struct doca_ctx *ctx, const uint64_t *tags, int ntags);
 };
 
 struct doca_ctx {
@@ -403,7 +406,8 @@ doca_error_t sd_task_submit(struct doca_task *task);
 struct doca_pe {
 	pthread_mutex_t lock;
 	struct doca_task *cq_head, *cq_tail;  /* completed, not yet delivered */
-	int efd;                              /* eventfd: notification handle */
+	int efd;                              /* eventfd: wakes a waiter (in epfd) */
+	int epfd;                             /* notification handle: efd + watched fds */
 	atomic_int armed;                     /* doca_pe_request_notification called */
 	atomic_int wake_pending;              /* sd_pe_wake called since last progress */
 	struct doca_ctx *ctxs;
@@ -420,5 +424,13 @@ extern _Thread_local int sd_pe_phase;
 /* Signal the pe's notification fd (any thread), e.g. when a ctx event is
  * queued for delivery in progress. */
 void sd_pe_wake(struct doca_pe *pe);
+
+/* Direct wake-up: a ctx registers an fd whose input its pe's waiting thread
+ * should handle itself (a link socket), tagged with a nonzero id. The pe's
+ * registration is exclusive and made before the engine's, so the kernel wakes
+ * a thread blocked in epoll_wait on the pe (softdoca_pe_wait) instead of the
+ * engine thread; with nobody waiting there the engine is woken as before. */
+int sd_pe_watch(struct doca_pe *pe, int fd, uint64_t tag);
+void sd_pe_unwatch(struct doca_pe *pe, int fd);
 
 #endif

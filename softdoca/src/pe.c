@@ -1,13 +1,22 @@
-/* Progress engine: completion queue, notification eventfd, generic tasks. */
+/* Progress engine: completion queue, notification fd, generic tasks.
+ *
+ * The notification handle is an epoll set holding the pe's eventfd (signalled
+ * when completions or events are queued) and the fds its ctxs watch
+ * (sd_pe_watch: an rdma context's link sockets). A thread blocked on it is
+ * woken straight by a link's input and reads it itself (clear_notification,
+ * softdoca_pe_wait), instead of waiting for the engine thread to read it and
+ * then signal the eventfd: one thread wake-up per completion instead of two. */
 #include "internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #define SD_PE_BATCH 128
 #define SD_PE_SNAP 32
+#define SD_PE_WAIT_EVS 16
 
 static int pe_live(const struct doca_pe *pe)
 {
@@ -15,6 +24,8 @@ static int pe_live(const struct doca_pe *pe)
 }
 
 #define CHECK_PE(pe) SD_CHECK_HANDLE(pe, pe_live)
+
+static int pe_pending(struct doca_pe *pe);
 
 static void efd_signal(int efd)
 {
@@ -56,7 +67,13 @@ SD_EXPORT doca_error_t doca_pe_create(struct doca_pe **pe)
 	if (!p)
 		return DOCA_ERROR_NO_MEMORY;
 	p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (p->efd < 0) {
+	p->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (p->efd < 0 || p->epfd < 0 ||
+	    epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->efd, &(struct epoll_event){.events = EPOLLIN, .data.u64 = 0}) != 0) {
+		if (p->efd >= 0)
+			close(p->efd);
+		if (p->epfd >= 0)
+			close(p->epfd);
 		free(p);
 		return DOCA_ERROR_OPERATING_SYSTEM;
 	}
@@ -66,6 +83,7 @@ SD_EXPORT doca_error_t doca_pe_create(struct doca_pe **pe)
 	p->event_mode = DOCA_PE_EVENT_MODE_PROGRESS_SELECTIVE;
 	if (sd_handle_add_kind(p, SD_H_PE) != 0) {
 		close(p->efd);
+		close(p->epfd);
 		pthread_mutex_destroy(&p->lock);
 		free(p);
 		return DOCA_ERROR_NO_MEMORY;
@@ -86,6 +104,7 @@ SD_EXPORT doca_error_t doca_pe_destroy(struct doca_pe *pe)
 	sd_handle_del(pe);
 	pthread_mutex_unlock(&pe->lock);
 	close(pe->efd);
+	close(pe->epfd);
 	pthread_mutex_destroy(&pe->lock);
 	free(pe);
 	return DOCA_SUCCESS;
@@ -224,8 +243,54 @@ SD_EXPORT doca_error_t doca_pe_get_notification_handle(const struct doca_pe *pe,
 	CHECK_PE(pe);
 	if (!handle)
 		return DOCA_ERROR_INVALID_VALUE;
-	*handle = pe->efd;
+	*handle = pe->epfd;
 	return DOCA_SUCCESS;
+}
+
+int sd_pe_watch(struct doca_pe *pe, int fd, uint64_t tag)
+{
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = tag};
+
+	if (!pe || !tag)
+		return -1;
+	return epoll_ctl(pe->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+void sd_pe_unwatch(struct doca_pe *pe, int fd)
+{
+	if (pe && fd >= 0)
+		epoll_ctl(pe->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+/* The watched fds among evs have input: their ctxs read it on this thread. */
+static void pe_service(struct doca_pe *pe, const struct epoll_event *evs, int n)
+{
+	struct doca_ctx *stack[SD_PE_SNAP], **arr;
+	uint64_t tags[SD_PE_WAIT_EVS];
+	size_t nctx;
+	int k = 0;
+
+	for (int i = 0; i < n && k < SD_PE_WAIT_EVS; i++)
+		if (evs[i].data.u64)
+			tags[k++] = evs[i].data.u64;
+	if (!k)
+		return;
+	arr = snapshot(pe, stack, &nctx);
+	for (size_t i = 0; i < nctx; i++)
+		if (sd_handle_live_kind(arr[i], SD_H_CTX) && arr[i]->pe == pe && arr[i]->ops->service)
+			arr[i]->ops->service(arr[i], tags, k);
+	if (arr != stack)
+		free(arr);
+}
+
+/* Read what woke a waiter (or is waiting): the watched fds that are ready. */
+static void pe_service_ready(struct doca_pe *pe)
+{
+	struct epoll_event evs[SD_PE_WAIT_EVS];
+	int n = epoll_wait(pe->epfd, evs, SD_PE_WAIT_EVS, 0);
+
+	if (n > 0)
+		pe_service(pe, evs, n);
 }
 
 /* DOCA declares this for Windows only (an I/O completion port handed to the
@@ -243,11 +308,54 @@ SD_EXPORT doca_error_t doca_pe_set_notification_handle(struct doca_pe *pe, doca_
 SD_EXPORT doca_error_t doca_pe_clear_notification(struct doca_pe *pe, doca_notification_handle_t handle)
 {
 	CHECK_PE(pe);
-	if (handle != pe->efd)
+	if (handle != pe->epfd)
 		return DOCA_ERROR_INVALID_VALUE;
 	atomic_store(&pe->armed, 0);
 	efd_drain(pe->efd);
+	pe_service_ready(pe);
 	return DOCA_SUCCESS;
+}
+
+/* softdoca_ext.h: block until the pe has something for doca_pe_progress (or
+ * softdoca_pe_kick, or timeout_ms; -1 waits without limit). The thread waits
+ * in epoll_wait on the notification set itself, so a link's input wakes it
+ * and not the engine thread, and it reads that input here, in C, before
+ * returning (no interpreter lock or other caller code between the wake-up
+ * and the read, so one-sided operations are served as promptly as by the
+ * engine). Returns 1 when woken or when work was already pending, 0 after
+ * timeout_ms, -1 for a bad handle. */
+SD_EXPORT int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms);
+SD_EXPORT int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms)
+{
+	struct epoll_event evs[SD_PE_WAIT_EVS];
+	int n;
+
+	if (!pe_live(pe))
+		return -1;
+	atomic_store(&pe->armed, 1);
+	if (pe_pending(pe)) {
+		atomic_store(&pe->armed, 0);
+		return 1;
+	}
+	n = epoll_wait(pe->epfd, evs, SD_PE_WAIT_EVS, timeout_ms);
+	atomic_store(&pe->armed, 0);
+	efd_drain(pe->efd);
+	if (n > 0)
+		pe_service(pe, evs, n);
+	else if (n < 0)
+		pe_service_ready(pe); /* EINTR: a wake-up may have been taken from the engine */
+	return n != 0;
+}
+
+/* softdoca_ext.h: wake a thread in softdoca_pe_wait (or make the next wait
+ * return at once), from any thread; e.g. a worker that finished a job. */
+SD_EXPORT void softdoca_pe_kick(struct doca_pe *pe);
+SD_EXPORT void softdoca_pe_kick(struct doca_pe *pe)
+{
+	if (!pe_live(pe))
+		return;
+	atomic_store(&pe->wake_pending, 1);
+	efd_signal(pe->efd);
 }
 
 /* Anything waiting for doca_pe_progress? */

@@ -275,8 +275,11 @@ struct sd_pool {
 };
 
 /* epoll registrations (sd_eng_ep_add). The engine thread serves its eventfd
- * and links itself; any other kind through its on_event handler. */
-enum { SD_EP_EVENTFD = 1, SD_EP_LISTENER, SD_EP_LINK };
+ * and links itself; any other kind through its on_event handler. A link is
+ * registered twice: its socket for input (EPOLLIN | EPOLLEXCLUSIVE, after the
+ * pe's registration of the same socket: see sd_pe_watch) and a duplicate of
+ * it for output and errors (SD_EP_LINK_OUT: EPOLLOUT while frames wait). */
+enum { SD_EP_EVENTFD = 1, SD_EP_LISTENER, SD_EP_LINK, SD_EP_LINK_OUT };
 struct sd_ep {
 	int kind;
 	int fd;
@@ -340,7 +343,12 @@ struct sd_link {
 	int dead;                          /* closed, waiting to be freed by the engine */
 	int draining;                      /* detached: flush, discard input, close on EOF */
 	uint64_t deadline_ns;              /* unidentified links: handshake bound */
-	uint32_t ep_events;
+	uint32_t ep_events;                /* of wep: EPOLLOUT or 0 */
+	struct sd_ep wep;                  /* dup of ep.fd: output readiness, errors */
+	uint64_t serial;                   /* nonzero id: its tag in the pe's set */
+	int rx_registered;                 /* input watched (engine, and the pe's waiter) */
+	int pe_watched;                    /* the pe's set holds the socket */
+	uint64_t sweep_ns;                 /* engine reads it at least this often */
 	/* rx */
 	enum sd_rx_state rx_state;
 	uint8_t rx_hdr_buf[SD_HDR_LEN];
@@ -577,6 +585,9 @@ int sd_rx_read(struct sd_link *link, doca_error_t *st);
 /* ---------------------------------------------------------------- engine thread (rdma_loop.c) */
 /* Read waiting responses of rdma's links on the calling thread (doca_pe_progress). */
 void sd_eng_poll(struct doca_rdma *rdma);
+/* Read the input of rdma's links whose serials are in tags, on the calling
+ * thread (a pe waiter woken by them: sd_ctx_ops.service). */
+void sd_eng_service(struct doca_rdma *rdma, const uint64_t *tags, int ntags);
 /* Default of SOFTDOCA_SPIN_US (engine thread) and SOFTDOCA_POLL_SPIN_US (progress engine waits). */
 #define SD_SPIN_US_DEFAULT 0
 /* A doca_rdma was created / destroyed: the engine thread lives while any exists. */

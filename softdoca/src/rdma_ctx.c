@@ -96,6 +96,11 @@ static void events_clear(struct doca_rdma *rdma)
 	}
 }
 
+static void rdma_service(struct doca_ctx *ctx, const uint64_t *tags, int ntags)
+{
+	sd_eng_service(ctx->impl, tags, ntags);
+}
+
 static int rdma_progress(struct doca_ctx *ctx)
 {
 	struct doca_rdma *rdma = ctx->impl;
@@ -210,6 +215,7 @@ static const struct sd_ctx_ops rdma_ctx_ops = {
 	.stopped = rdma_stopped,
 	.progress = rdma_progress,
 	.flush = rdma_flush,
+	.service = rdma_service,
 };
 
 /* ---------------------------------------------------------------- create / destroy */

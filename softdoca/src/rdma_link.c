@@ -10,6 +10,7 @@
 #include "rdma.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,7 @@ int sd_hdr_decode(const uint8_t in[SD_HDR_LEN], struct sd_hdr *h)
 /* Closed links wait here until the end of the engine's turn: the engine
  * thread may still hold pointers to them (engine lock). */
 static struct sd_link *graveyard;
+static _Atomic uint64_t link_serial; /* tags links in a pe's notification set */
 static pthread_once_t link_once = PTHREAD_ONCE_INIT;
 
 static void link_atfork_child(void)
@@ -146,19 +148,54 @@ static void flush_task(struct sd_link *l, struct sd_rtask *t, doca_error_t statu
 }
 #pragma GCC diagnostic pop
 
+/* Input registrations: the pe's (a thread waiting there reads the input
+ * itself) strictly before the engine's, both exclusive, so the kernel wakes
+ * the first of them with a thread blocked in it. */
+static int link_rx_register(struct sd_link *l)
+{
+	struct doca_pe *pe = l->rdma->ctx.pe;
+
+	l->pe_watched = pe && sd_pe_watch(pe, l->ep.fd, l->serial) == 0;
+	if (sd_eng_ep_add(&l->ep, EPOLLIN | EPOLLEXCLUSIVE) != 0) {
+		if (l->pe_watched)
+			sd_pe_unwatch(pe, l->ep.fd);
+		l->pe_watched = 0;
+		return -1;
+	}
+	l->rx_registered = 1;
+	return 0;
+}
+
+static void link_rx_unregister(struct sd_link *l)
+{
+	if (!l->rx_registered)
+		return;
+	sd_eng_ep_del(&l->ep);
+	if (l->pe_watched)
+		sd_pe_unwatch(l->rdma->ctx.pe, l->ep.fd);
+	l->pe_watched = 0;
+	l->rx_registered = 0;
+}
+
 void sd_link_update_events(struct sd_link *l)
 {
-	uint32_t ev = 0;
+	uint32_t ev = (l->connecting || l->txq_head) ? EPOLLOUT : 0;
 
 	if (l->dead)
 		return;
-	if (!l->rx_paused)
-		ev |= EPOLLIN;
-	if (l->connecting || l->txq_head)
-		ev |= EPOLLOUT;
+	/* exclusive registrations cannot be modified: a paused link's input is
+	 * unregistered (its errors still arrive through wep) */
+	if (l->rx_paused)
+		link_rx_unregister(l);
+	else if (!l->rx_registered && link_rx_register(l) != 0) {
+		SD_ERR("rdma: cannot watch a link's input again (epoll: %s); closing it", strerror(errno));
+		sd_link_set_why(l, "the engine could not watch the connection's input (epoll_ctl failed)");
+		l->deadline_ns = 1; /* the engine's next timer pass closes it */
+		sd_eng_kick();
+	}
 	if (ev != l->ep_events) {
 		l->ep_events = ev;
-		sd_eng_ep_mod(&l->ep, ev);
+		sd_eng_ep_mod(&l->wep, ev);
 	}
 }
 
@@ -195,14 +232,22 @@ struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting, cons
 	}
 	l->ep.kind = SD_EP_LINK;
 	l->ep.fd = fd;
+	l->wep.kind = SD_EP_LINK_OUT;
+	l->wep.fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	l->serial = atomic_fetch_add(&link_serial, 1) + 1;
 	l->ops = ops;
 	l->rdma = rdma;
 	l->connecting = connecting;
 	l->last_rx_ns = now;
 	l->last_ping_ns = now;
+	l->sweep_ns = now;
 	l->next_req_id = 1;
-	l->ep_events = EPOLLIN | (connecting ? EPOLLOUT : 0);
-	if (sd_eng_ep_add(&l->ep, l->ep_events) != 0) {
+	l->ep_events = connecting ? EPOLLOUT : 0;
+	if (l->wep.fd < 0 || sd_eng_ep_add(&l->wep, l->ep_events) != 0 || link_rx_register(l) != 0) {
+		if (l->wep.fd >= 0) {
+			sd_eng_ep_del(&l->wep);
+			close(l->wep.fd);
+		}
 		free(l->rb);
 		free(l);
 		return NULL;
@@ -233,7 +278,10 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 	if (l->dead)
 		return;
 	l->dead = 1;
-	sd_eng_ep_del(&l->ep);
+	link_rx_unregister(l);
+	sd_eng_ep_del(&l->wep);
+	close(l->wep.fd);
+	l->wep.fd = -1;
 	close(l->ep.fd);
 	l->ep.fd = -1;
 	l->ops->on_abort_rx(l, status);

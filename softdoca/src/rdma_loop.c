@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -104,6 +105,19 @@ static void link_on_event(struct sd_link *l, uint32_t events)
 	}
 }
 
+/* A link's input read by an application thread: the engine thread sleeps
+ * with a timeout computed from the timers it knew; if reading parked the
+ * link (RNR) or set a deadline, it must recompute it now. */
+static void link_on_event_off_engine(struct sd_link *l)
+{
+	int parked = l->parked;
+	uint64_t deadline = l->deadline_ns;
+
+	link_on_event(l, EPOLLIN);
+	if (l->parked != parked || l->deadline_ns != deadline)
+		sd_eng_kick();
+}
+
 /* Inline progress: doca_pe_progress of a context with tasks in flight
  * reads the responses waiting on its links itself (non-blocking, only if
  * the engine lock is free), so a polling application sees its completion
@@ -118,7 +132,28 @@ void sd_eng_poll(struct doca_rdma *rdma)
 		for (struct sd_link *l = rdma->links, *nx; l; l = nx) {
 			nx = l->next;
 			if (l->out_head && !l->dead && !l->connecting && !l->rx_paused)
-				link_on_event(l, EPOLLIN);
+				link_on_event_off_engine(l);
+		}
+	}
+	sd_eng_unlock();
+}
+
+/* A thread waiting on rdma's pe was woken by these links' input (their
+ * serials): read it now, on that thread. The engine lock is taken blocking: a
+ * waiter woken instead of the engine must not leave the input to it. */
+void sd_eng_service(struct doca_rdma *rdma, const uint64_t *tags, int ntags)
+{
+	sd_eng_lock();
+	if (rdma->running) {
+		for (struct sd_link *l = rdma->links, *nx; l; l = nx) {
+			nx = l->next;
+			for (int i = 0; i < ntags; i++) {
+				if (l->serial != tags[i])
+					continue;
+				if (!l->dead && !l->connecting && !l->rx_paused)
+					link_on_event_off_engine(l);
+				break;
+			}
 		}
 	}
 	sd_eng_unlock();
@@ -131,6 +166,21 @@ static uint64_t link_timers(struct sd_link *l, uint64_t now, uint64_t T)
 
 	if (l->dead)
 		return 0;
+	/* A pe waiter woken in the engine's place reads the input it was woken
+	 * for (softdoca_pe_wait, doca_pe_clear_notification); should one have
+	 * been woken and not read it, the engine reads every link at least
+	 * every T/4 (the input stays level-triggered for the next arrival). */
+	if (l->pe_watched && now >= l->sweep_ns + T / 4) {
+		l->sweep_ns = now;
+		if (!l->connecting && !l->rx_paused) {
+			link_on_event(l, EPOLLIN);
+			if (l->dead)
+				return 0;
+			now = sd_now_ns(); /* what it read is newer than the caller's clock */
+		}
+	}
+	if (l->pe_watched)
+		next = l->sweep_ns + T / 4;
 	if (l->deadline_ns) {
 		if (now >= l->deadline_ns) {
 			SD_DBG("rdma: link handshake / drain deadline passed");
@@ -157,7 +207,7 @@ static uint64_t link_timers(struct sd_link *l, uint64_t now, uint64_t T)
 		uint64_t alive = l->last_rx_ns > l->last_tx_ns ? l->last_rx_ns : l->last_tx_ns;
 		uint64_t ping_due = (alive > l->last_ping_ns ? alive : l->last_ping_ns) + T / 4;
 
-		if (now - alive >= T) {
+		if (now > alive && now - alive >= T) {
 			SD_WARN("rdma: peer silent for %llu ms with work outstanding, declaring it dead",
 				(unsigned long long)(T / 1000000));
 			sd_link_set_why(l, "the peer was silent for %llu ms with work outstanding (SOFTDOCA_TIMEOUT_MS)",
@@ -243,6 +293,9 @@ static void *loop_main(void *arg)
 				(void)r;
 			} else if (ep->kind == SD_EP_LINK) {
 				link_on_event((struct sd_link *)ep, evs[i].events);
+			} else if (ep->kind == SD_EP_LINK_OUT) {
+				link_on_event((struct sd_link *)((char *)ep - offsetof(struct sd_link, wep)),
+					      evs[i].events);
 			} else {
 				ep->on_event(ep, evs[i].events);
 			}
