@@ -16,6 +16,7 @@ import ctypes
 import enum
 import functools
 import math
+import os
 import select
 import time
 from typing import Any, Callable, Optional
@@ -34,9 +35,13 @@ def _soft_waits() -> Optional[Any]:
     handle = ctypes.CDLL(backend.paths[0])
     if not hasattr(handle, "softdoca_pe_wait"):
         return None
-    handle.softdoca_pe_wait.argtypes, handle.softdoca_pe_wait.restype = [ctypes.c_void_p, ctypes.c_int], ctypes.c_int
+    handle.softdoca_pe_wait.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    handle.softdoca_pe_wait.restype = ctypes.c_int
     handle.softdoca_pe_kick.argtypes, handle.softdoca_pe_kick.restype = [ctypes.c_void_p], None
     return handle
+
+
+SPIN_US = 150
 
 
 class ProgressMode(str, enum.Enum):
@@ -49,9 +54,14 @@ class ProgressMode(str, enum.Enum):
 class ProgressEngine(Resource):
     """A DOCA progress engine (``doca_pe``) with a pollable notification fd."""
 
-    def __init__(self, *, mode: ProgressMode | str = ProgressMode.BLOCKING) -> None:
+    def __init__(self, *, mode: ProgressMode | str = ProgressMode.BLOCKING, spin_us: Optional[int] = None) -> None:
         super().__init__(None)
         self.mode = ProgressMode(mode)
+        #: how long a blocking wait for a result (run_until, Task.wait) looks for it before sleeping
+        #: (adaptive, softdoca): PYDOCA_SPIN_US, default 150; 0 sleeps at once
+        self.spin_us = int(os.environ.get("PYDOCA_SPIN_US", SPIN_US)) if spin_us is None else int(spin_us)
+        if not 0 <= self.spin_us <= 10_000:
+            raise ValueError(f"spin_us must be 0..10000 microseconds, got {self.spin_us}")
         out = ffi.new("struct doca_pe **")
         check(lib.doca_pe_create(out), "doca_pe_create")
         self._pe = out[0]
@@ -122,13 +132,15 @@ class ProgressEngine(Resource):
         if not self.closed:
             self._soft_kick(self._addr)
 
-    def sleep(self, timeout: float) -> bool:
+    def sleep(self, timeout: float, *, spin: bool = False) -> bool:
         """One blocking wait for the engine's next event (or :meth:`kick`), at most ``timeout`` s; call
         :meth:`progress` next. Events pending already end it at once. True if it delivered events itself
-        (a DOCA runtime is progressed once after arming, so that none is missed)."""
+        (a DOCA runtime is progressed once after arming, so that none is missed). ``spin``: look for the
+        event for up to ``spin_us`` before sleeping (softdoca; adaptive: it stops while waits are long),
+        for a result expected soon; a thread woken on an idle CPU can take tens of microseconds to run."""
         self._check_open()
         if self._soft_wait is not None:
-            self._soft_wait(self._addr, max(0, math.ceil(timeout * 1000)))
+            self._soft_wait(self._addr, max(0, math.ceil(timeout * 1000)), self.spin_us if spin else 0)
             return False
         self.request_notification()
         if self.progress():
@@ -138,9 +150,9 @@ class ProgressEngine(Resource):
             self.clear_notification()
         return False
 
-    def wait(self, timeout: Optional[float] = None) -> bool:
+    def wait(self, timeout: Optional[float] = None, *, spin: bool = False) -> bool:
         """Wait until at least one event is delivered or ``timeout`` (seconds)
-        passes; returns True if something was delivered."""
+        passes; returns True if something was delivered. ``spin``: see :meth:`sleep`."""
         if self.progress():
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -152,7 +164,7 @@ class ProgressEngine(Resource):
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             # a bounded slice even without a deadline: a missed wake-up cannot stall forever
-            if self.sleep(0.5 if remaining is None else min(remaining, 0.5)) | self.progress():
+            if self.sleep(0.5 if remaining is None else min(remaining, 0.5), spin=spin) | self.progress():
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
@@ -164,7 +176,7 @@ class ProgressEngine(Resource):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-            self.wait(min(remaining, 0.1))
+            self.wait(min(remaining, 0.1), spin=True)
 
     def __repr__(self) -> str:
         return f"<ProgressEngine mode={self.mode.value} {'closed' if self.closed else 'open'}>"

@@ -275,7 +275,7 @@ class Responder:
                 pass
             return
         if self.pe.can_kick:          # finished jobs kick the engine: one wait, woken straight by the links
-            self.pe.sleep(max(0.0, timeout))
+            self.pe.sleep(max(0.0, timeout), spin=True)   # adaptive: spins only while requests come quickly
             return
         self.pe.request_notification()
         if self.pe.progress() or self.pool.finished:

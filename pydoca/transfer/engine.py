@@ -26,7 +26,7 @@ from pydoca._log import get_logger
 from ..buffer import BufferInventory
 from ..memory import Access, MemoryMap
 from ..peer import Requester, Responder
-from ..peer.errors import HandlerError, PeerError
+from ..peer.errors import Disconnected, HandlerError, PeerError
 from ..peer.spec import split_address
 from ..rdma.batch import TaskBatch
 from .batch import Op, Request, TransferBatch, _Part
@@ -228,11 +228,21 @@ class TransferEngine:
         self._check()
         owner, name = self._resolve(ref)
         self._reap()
-        peer = self._peer(owner)
-        try:
-            desc = json.loads(peer.routes[0].conn.call("/segment", name.encode(), timeout=self.timeout))
-        except HandlerError as exc:
-            raise SegmentNotFound(f"{owner} has no segment {name!r}: {exc}") from None
+        for attempt in (0, 1):
+            peer = self._peer(owner)
+            route = peer.routes[0]
+            try:
+                desc = json.loads(route.conn.call("/segment", name.encode(), timeout=self.timeout))
+                break
+            except HandlerError as exc:
+                raise SegmentNotFound(f"{owner} has no segment {name!r}: {exc}") from None
+            except Disconnected:
+                # the connection died (the peer restarted) before its end was delivered to us: the
+                # question never left, so forget that route and ask once more on a fresh connection
+                if attempt:
+                    raise
+                route.conn.close()
+                peer.routes.remove(route)
         paths = [(str(p["address"]), base64.b64decode(p["mmap"])) for p in desc["paths"]]
         if [a for a, _ in paths] != peer.paths:
             peer.paths = [a for a, _ in paths]

@@ -69,14 +69,17 @@ doca_error_t softdoca_task_batch_allocate(struct doca_ctx *ctx,
 /* ---------------------------------------------------------------- waiting */
 /*
  * Block until pe has something for doca_pe_progress, softdoca_pe_kick is
- * called, or timeout_ms passes (-1: no limit). The calling thread waits on
+ * called, or timeout_ms passes (-1: no limit). With spin_us > 0 (at most
+ * 10000) it first looks for events without sleeping, for up to spin_us,
+ * adaptively: the window halves after each wait that outlasts it and comes
+ * back whole after one that ends within it. The calling thread waits on
  * the pe's notification set itself, so the input of its connections wakes it
  * directly (not the engine thread, then it), and reads that input before
  * returning. The same steps as request_notification / waiting on the handle /
  * clear_notification, minus one thread wake-up per completion. Returns 1 when
  * woken (or work was pending), 0 after timeout_ms, -1 for a bad handle.
  */
-int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms);
+int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms, int spin_us);
 /* Wake a thread in softdoca_pe_wait (or make the next one return at once),
  * from any thread. */
 void softdoca_pe_kick(struct doca_pe *pe);

@@ -410,6 +410,7 @@ struct doca_pe {
 	int epfd;                             /* notification handle: efd + watched fds */
 	atomic_int armed;                     /* doca_pe_request_notification called */
 	atomic_int wake_pending;              /* sd_pe_wake called since last progress */
+	uint64_t spin_ns;                     /* softdoca_pe_wait's adaptive spin window */
 	struct doca_ctx *ctxs;
 	int event_mode;
 	int destroyed;

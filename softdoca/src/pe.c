@@ -324,11 +324,13 @@ SD_EXPORT doca_error_t doca_pe_clear_notification(struct doca_pe *pe, doca_notif
  * and the read, so one-sided operations are served as promptly as by the
  * engine). Returns 1 when woken or when work was already pending, 0 after
  * timeout_ms, -1 for a bad handle. */
-SD_EXPORT int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms);
-SD_EXPORT int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms)
+SD_EXPORT int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms, int spin_us);
+SD_EXPORT int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms, int spin_us)
 {
 	struct epoll_event evs[SD_PE_WAIT_EVS];
-	int n;
+	uint64_t max = spin_us > 0 ? (uint64_t)(spin_us > 10000 ? 10000 : spin_us) * 1000ull : 0;
+	uint64_t t0 = 0, budget;
+	int n = 0;
 
 	if (!pe_live(pe))
 		return -1;
@@ -337,7 +339,24 @@ SD_EXPORT int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms)
 		atomic_store(&pe->armed, 0);
 		return 1;
 	}
-	n = epoll_wait(pe->epfd, evs, SD_PE_WAIT_EVS, timeout_ms);
+	/* Adaptive spinning: a thread that goes to sleep on an idle CPU can take
+	 * tens of microseconds to run again (much more on a VM), so while events
+	 * keep arriving within spin_us of a wait, look for them without
+	 * sleeping first; a wait that outlasts the window halves the next spin,
+	 * one that ends within it restores the full window. */
+	budget = pe->spin_ns < max ? pe->spin_ns : max;
+	if (max && timeout_ms != 0) {
+		t0 = sd_now_ns();
+		while (budget) {
+			n = epoll_wait(pe->epfd, evs, SD_PE_WAIT_EVS, 0);
+			if (n != 0 || sd_now_ns() - t0 >= budget)
+				break;
+		}
+	}
+	if (n == 0)
+		n = epoll_wait(pe->epfd, evs, SD_PE_WAIT_EVS, timeout_ms);
+	if (max && timeout_ms != 0)
+		pe->spin_ns = n > 0 && sd_now_ns() - t0 <= max ? max : budget / 2;
 	atomic_store(&pe->armed, 0);
 	efd_drain(pe->efd);
 	if (n > 0)
