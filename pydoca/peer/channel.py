@@ -4,6 +4,12 @@ Receives are posted on the context (any connection may consume them); each
 completion copies the message out, re-posts the slot at once and hands the
 bytes (or the immediate of a write-with-immediate) to the owner. Sends take
 a slot from a free list; when none is free they wait in an outbox.
+
+With ``counted_sends`` a send nobody waits for (no ``on_done``) goes out as a
+reusable one-task :class:`TaskBatch` per slot: its completion is counted in C,
+with no Python call, and :meth:`reap` (the owner's loop, or a send finding no
+free slot) takes finished slots back. A responder answers every request with
+such a send, so the acknowledgement of each answer costs it no Python work.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from ..ctx import Task
 from ..device import Device
 from ..memory import Access, MemoryMap
 from ..rdma import Connection, Opcode, Rdma, Received
+from ..rdma.batch import TaskBatch
 from .protocol import SLOT_SIZE
 
 log = get_logger()
@@ -32,8 +39,11 @@ class Channel:
     """Slot pools for control messages on ``rdma`` (registered on ``dev``)."""
 
     def __init__(self, dev: Device, rdma: Rdma, inventory: BufferInventory, *, recv_slots: int, send_slots: int,
-                 on_message: OnMessage, on_imm: OnImm) -> None:
+                 on_message: OnMessage, on_imm: OnImm, counted_sends: bool = False) -> None:
         self.rdma = rdma
+        self.counted_sends = counted_sends
+        self._batches: List[Optional[TaskBatch]] = [None] * send_slots
+        self._counted: List[int] = []          # slots whose counted send is (or was) in flight
         self.on_message = on_message
         self.on_imm = on_imm
         self.closing = False
@@ -99,6 +109,8 @@ class Channel:
         """Send one frame (queued while no send slot is free)."""
         if len(frame) > SLOT_SIZE:
             raise ValueError(f"frame of {len(frame)} bytes exceeds {SLOT_SIZE}")
+        if not self._free and self._counted:
+            self.reap()
         if not self._free:
             self._outbox.append((conn, frame, on_done))
             return
@@ -109,6 +121,9 @@ class Channel:
         self._send_mem[start:start + len(frame)] = np.frombuffer(frame, dtype=np.uint8)
         buf = self._send_bufs[i]
         buf.data_len = len(frame)
+        if self.counted_sends and on_done is None:
+            self._submit_counted(i, conn, buf)
+            return
         try:
             task = self.rdma.send(conn, buf)
         except Exception as exc:  # noqa: BLE001 - connection gone: report as a failed send
@@ -118,6 +133,36 @@ class Channel:
                 on_done(False)
             return
         task.add_done_callback(lambda t: self._on_sent(i, t, on_done))
+
+    def _submit_counted(self, i: int, conn: Connection, buf: Buffer) -> None:
+        batch = self._batches[i]
+        try:
+            if batch is None:
+                batch = self._batches[i] = TaskBatch(self.rdma, conn, "send", [buf])
+            batch.conn = conn
+            batch.submit()
+        except Exception as exc:  # noqa: BLE001 - connection or context gone: the slot is free again
+            log.debug("send failed to submit", error=str(exc))
+            self._release(i)
+            return
+        self._counted.append(i)
+
+    def reap(self) -> int:
+        """Take back the slots of counted sends that finished; returns how many."""
+        done = [i for i in self._counted if self._batch_done(i)]
+        for i in done:
+            self._counted.remove(i)
+            self._release(i)
+        return len(done)
+
+    def _batch_done(self, i: int) -> bool:
+        batch = self._batches[i]
+        if batch is None or not batch.done:
+            return False
+        batch._finish_if_done()
+        if batch.failed:
+            log.debug("send failed", errors=[e.name for _, e in batch.errors()])
+        return True
 
     def _on_sent(self, i: int, task: Task[Any], on_done: Optional[SendDone]) -> None:
         if task.error is not None:
