@@ -8,7 +8,7 @@ it is a cheap refcounted descriptor, often a temporary passed to a task.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -150,6 +150,7 @@ class Buffer(Resource):
     _inventory: BufferInventory
     _mmap: MemoryMap
     _handle: Any
+    _extent: Optional[Tuple[int, int]]
 
     @classmethod
     def _own(cls: Type[_B], parent: Resource, mmap: MemoryMap, handle: Any) -> _B:
@@ -158,6 +159,7 @@ class Buffer(Resource):
         buf = cls.__new__(cls)
         Resource.__init__(buf, parent)
         buf._mmap, buf._handle = mmap, handle
+        buf._extent = None
         buf._arm(lambda: _release_buf(handle, mmap))
         buf._add_owner(mmap)
         return buf
@@ -201,15 +203,25 @@ class Buffer(Resource):
         check(getter(self.handle, out), what)
         return int(out[0])
 
+    def _head_len(self) -> Tuple[int, int]:
+        """(head, length): fixed for a doca_buf's life (only its data section moves), read once."""
+        ext = self._extent
+        if ext is None:
+            ext = self._extent = (self._ptr(lib.doca_buf_get_head, "doca_buf_get_head"),
+                                  self._size(lib.doca_buf_get_len, "doca_buf_get_len"))
+        else:
+            self._check_open()
+        return ext
+
     @property
     def address(self) -> int:
         """Head of the buffer."""
-        return self._ptr(lib.doca_buf_get_head, "doca_buf_get_head")
+        return self._head_len()[0]
 
     @property
     def length(self) -> int:
         """Length of the whole buffer."""
-        return self._size(lib.doca_buf_get_len, "doca_buf_get_len")
+        return self._head_len()[1]
 
     @property
     def data_address(self) -> int:
@@ -223,8 +235,10 @@ class Buffer(Resource):
 
     @data_len.setter
     def data_len(self, value: int) -> None:
-        head, start = self.address, self.data_address
-        self._bounds(start - head, _uint("data_len", value))
+        head, length = self._head_len()
+        start = self.data_address
+        if start - head + _uint("data_len", value) > length:
+            self._bounds(start - head, value)
         check(lib.doca_buf_set_data_len(self.handle, value), "doca_buf_set_data_len")
 
     def set_data(self, offset: int, length: int) -> None:

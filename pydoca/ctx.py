@@ -211,12 +211,12 @@ class Task(Generic[T]):
             m = getattr(b, "_mmap", None)
             if m is not None:
                 self._maps.append(m)
-                m._tasks[self._id] = self
+                m._task_pin(self._id, self)
         return self
 
     def _release_maps(self) -> None:
         for m in self._maps:
-            m._tasks.pop(self._id, None)
+            m._task_unpin(self._id)
         self._maps = []
 
     def _detail(self) -> str:

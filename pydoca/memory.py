@@ -149,6 +149,18 @@ class MemoryMap(Resource):
     #: memory before it stops their contexts to flush them (see ``close``).
     CLOSE_DRAIN_BOUND = 1.0
 
+    def _task_pin(self, key: int, task: Any) -> None:
+        """A task in flight uses this memory (the fast path of ``_tasks[key] = task``)."""
+        tasks = self.__dict__.get("_task_map")
+        if tasks is None:
+            tasks = self.__dict__["_task_map"] = {}
+        tasks[key] = task
+
+    def _task_unpin(self, key: int) -> None:
+        tasks = self.__dict__.get("_task_map")
+        if tasks is not None:
+            tasks.pop(key, None)
+
     @property
     def _tasks(self) -> Dict[int, Any]:
         """Tasks in flight that use this memory (maintained by pydoca.ctx.Task)."""

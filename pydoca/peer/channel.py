@@ -86,11 +86,17 @@ class Channel:
             log.debug("receive failed", error=str(task.error))
         else:
             self._failures = 0
-        if self._failures <= 4 * len(self._recv_bufs):      # a flush fails each slot once; a dead ctx forever
-            try:
-                self._post(i)
-            except Exception as exc:  # noqa: BLE001 - the context is going away
-                log.debug("re-posting a receive failed", error=str(exc))
+        try:
+            # the message first (its answer goes out sooner), then the slot, whose bytes are copied out
+            self._deliver(got, data)
+        finally:
+            if not self.closing and self._failures <= 4 * len(self._recv_bufs):  # a flush fails each slot
+                try:                                                                # once; a dead ctx forever
+                    self._post(i)
+                except Exception as exc:  # noqa: BLE001 - the context is going away
+                    log.debug("re-posting a receive failed", error=str(exc))
+
+    def _deliver(self, got: Optional[Received], data: bytes) -> None:
         if got is None:
             return
         if got.connection is None:
