@@ -129,7 +129,14 @@ class TaskBatch:
         self.ctx.__dict__.setdefault("_batches", {})[self._id] = self   # C writes into us until done
         for m in self._maps:                 # a closing MemoryMap first waits for (or flushes) us
             m._tasks[self._id] = self
-        self._pump()
+        try:
+            self._pump()
+        except BaseException as exc:         # nothing went out (e.g. the connection is closed): unpin
+            if self.submitted == 0:
+                self.status[:] = getattr(exc, "code", 0) or 1
+                self._refused = self.n
+                self._finish_if_done()
+            raise
         return self
 
     def _pump(self) -> None:
