@@ -190,9 +190,17 @@ class MemoryMap(Resource):
         self._pin = None
         self._obj = None
 
+    def _settle(self) -> None:
+        """Unpin task batches that finished since anyone looked (they count completions in C)."""
+        for t in list(self._tasks.values()):
+            finish = getattr(t, "_finish_if_done", None)
+            if finish is not None:
+                finish()
+
     def _drain(self, timeout: float) -> None:
         import time
         deadline = time.monotonic() + timeout
+        self._settle()
         while self._tasks and time.monotonic() < deadline:
             engines = {id(t.ctx.pe): t.ctx.pe for t in list(self._tasks.values()) if not t.ctx.pe.closed}
             if not engines:
@@ -202,6 +210,7 @@ class MemoryMap(Resource):
                     pe.wait(max(0.0, min(0.05, deadline - time.monotonic())))
                 else:
                     pe.progress()
+            self._settle()
         if not self._tasks:
             return
         contexts = {id(t.ctx): t.ctx for t in list(self._tasks.values())}
@@ -210,6 +219,7 @@ class MemoryMap(Resource):
         for ctx in contexts.values():
             if not ctx.closed:
                 ctx.stop()
+        self._settle()
         if self._tasks:
             from .errors import InUseError
             raise InUseError(f"{len(self._tasks)} task(s) in flight still use this memory after their "

@@ -55,3 +55,20 @@ def test_counted_sends_after_disconnect_give_their_slot_back(local: Local, peer:
         assert not local.rdma.__dict__.get("_batches"), "a refused batch stays registered (and pins its memory)"
     finally:
         ch.close()
+
+
+def test_close_right_after_counted_sends(local: Local, peer: PeerProc) -> None:
+    """A responder that answers and closes at once: the finished (or flushed) counted sends must not pin
+    the send slots' memory (MemoryMap.close settles batches; InUseError before)."""
+    conn, _ = connect(local, peer, "oob")
+    peer.call("post_recv", n=4, size=256)
+    ch = Channel(local.dev, local.rdma, local.inv, recv_slots=1, send_slots=4,
+                 on_message=lambda c, d: None, on_imm=lambda c, imm, k: None, counted_sends=True)
+    for i in range(4):
+        ch.send(conn, b"answer %d" % i)
+    end = time.monotonic() + 5
+    while not all(ch._batches[i] is not None and ch._batches[i].done for i in ch._counted) and time.monotonic() < end:
+        local.pe.wait(0.05)                      # completed in C, never reaped
+    ch.close()
+    got = peer.call("recv_results", timeout=10)["results"]
+    assert [base64.b64decode(r["data"])[:r["len"]] for r in got] == [b"answer %d" % i for i in range(4)]

@@ -195,6 +195,7 @@ class Channel:
     def close(self) -> None:
         self.closing = True
         self._outbox.clear()
+        self.reap()                       # finished counted sends let go of the send slots' memory
         for buf in self._recv_bufs + self._send_bufs:
             buf.close()
         for m in self._maps:
