@@ -7,13 +7,14 @@ they use is released.
 """
 from __future__ import annotations
 
+import ctypes
 import enum
 import time
 from typing import Any, Callable, Generator, Generic, List, Optional, TypeVar
 
 from pydoca._log import get_logger
 
-from ._native import callbacks, ffi, lib
+from ._native import callbacks, ffi, lib, soft_fn
 from .errors import DocaError, InProgressError, check, error_for
 from .pe import ProgressEngine
 from .resource import Resource
@@ -135,25 +136,14 @@ class Context(Resource):
                 owner._children.pop(self._seq, None)
 
 
-_detail_fn: Any = None
-
-
 def _soft_detail(c_task: Any) -> str:
     """softdoca's words for why c_task failed ("; target refused: remote mmap
     ... lacks RDMA_WRITE ..."), or "" (real DOCA has no such getter)."""
-    global _detail_fn
     try:
-        if _detail_fn is None:
-            from ._native import backend
-            _detail_fn = False
-            if backend.name == "soft":
-                import ctypes
-                fn = ctypes.CDLL(backend.paths[0]).softdoca_task_get_error_detail
-                fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_char_p
-                _detail_fn = fn
-        if not _detail_fn:
+        fn = soft_fn("softdoca_task_get_error_detail", ctypes.c_char_p, ctypes.c_void_p)
+        if fn is None:
             return ""
-        text = _detail_fn(int(ffi.cast("uintptr_t", c_task)))
+        text = fn(int(ffi.cast("uintptr_t", c_task)))
         return f": {text.decode(errors='replace')}" if text else ""
     except Exception:  # noqa: BLE001 - a detail only
         return ""
@@ -211,12 +201,12 @@ class Task(Generic[T]):
             m = getattr(b, "_mmap", None)
             if m is not None:
                 self._maps.append(m)
-                m._task_pin(self._id, self)
+                m._tasks[self._id] = self
         return self
 
     def _release_maps(self) -> None:
         for m in self._maps:
-            m._task_unpin(self._id)
+            m._tasks.pop(self._id, None)
         self._maps = []
 
     def _detail(self) -> str:

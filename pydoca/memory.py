@@ -85,6 +85,7 @@ class MemoryMap(Resource):
             raise ValueError(f"range offset={offset} length={length} outside the {total}-byte buffer")
         dev_handle = dev.handle
         super().__init__(dev)
+        self._tasks: Dict[int, Any] = {}   # tasks in flight that use this memory (kept by pydoca.ctx.Task)
         self._dev = dev
         self._obj: Any = buffer
         self._pin: Any = pin
@@ -123,6 +124,7 @@ class MemoryMap(Resource):
               "the bytes the peer's MemoryMap.export_rdma() returned, unmodified, from the same DOCA backend)")
         obj = cls.__new__(cls)
         Resource.__init__(obj, dev)
+        obj._tasks = {}
         handle = obj._handle = out[0]
         obj._dev, obj._obj, obj._pin, obj._access = dev, None, None, None
         obj._remote, obj._readonly, obj._base = True, True, 0
@@ -148,26 +150,6 @@ class MemoryMap(Resource):
     #: Seconds ``close()`` progresses the engines of tasks still using this
     #: memory before it stops their contexts to flush them (see ``close``).
     CLOSE_DRAIN_BOUND = 1.0
-
-    def _task_pin(self, key: int, task: Any) -> None:
-        """A task in flight uses this memory (the fast path of ``_tasks[key] = task``)."""
-        tasks = self.__dict__.get("_task_map")
-        if tasks is None:
-            tasks = self.__dict__["_task_map"] = {}
-        tasks[key] = task
-
-    def _task_unpin(self, key: int) -> None:
-        tasks = self.__dict__.get("_task_map")
-        if tasks is not None:
-            tasks.pop(key, None)
-
-    @property
-    def _tasks(self) -> Dict[int, Any]:
-        """Tasks in flight that use this memory (maintained by pydoca.ctx.Task)."""
-        tasks: Optional[Dict[int, Any]] = self.__dict__.get("_task_map")
-        if tasks is None:
-            tasks = self.__dict__["_task_map"] = {}
-        return tasks
 
     @property
     def _inflight(self) -> int:

@@ -14,31 +14,15 @@ from __future__ import annotations
 
 import ctypes
 import enum
-import functools
 import math
 import os
 import select
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
-from ._native import callbacks, ffi, lib
+from ._native import callbacks, ffi, lib, soft_fn
 from .errors import check
 from .resource import Resource
-
-
-@functools.lru_cache(maxsize=1)
-def _soft_waits() -> Optional[Any]:
-    """softdoca's direct-wake wait and kick (ctypes: the GIL is released while it sleeps); None elsewhere."""
-    from ._native import backend
-    if backend.name != "soft":
-        return None
-    handle = ctypes.CDLL(backend.paths[0])
-    if not hasattr(handle, "softdoca_pe_wait"):
-        return None
-    handle.softdoca_pe_wait.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-    handle.softdoca_pe_wait.restype = ctypes.c_int
-    handle.softdoca_pe_kick.argtypes, handle.softdoca_pe_kick.restype = [ctypes.c_void_p], None
-    return handle
 
 
 SPIN_US = 150
@@ -73,9 +57,8 @@ class ProgressEngine(Resource):
             raise
         self._fd = int(handle[0])
         self._addr = int(ffi.cast("uintptr_t", self._pe))
-        soft = _soft_waits()
-        self._soft_wait = None if soft is None else soft.softdoca_pe_wait
-        self._soft_kick = None if soft is None else soft.softdoca_pe_kick
+        self._soft_wait = soft_fn("softdoca_pe_wait", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
+        self._soft_kick = soft_fn("softdoca_pe_kick", None, ctypes.c_void_p)
         pe = self._pe
         self._arm(lambda: check(lib.doca_pe_destroy(pe), "doca_pe_destroy"))
 

@@ -22,6 +22,7 @@ other raises that ``NotSupportedError`` at once. Nothing ever calls NULL.
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import os
 import platform
@@ -277,6 +278,21 @@ def missing_note(message: str) -> Optional[NotSupportedError]:
     return not_supported(head) if head in _MISSING else None
 
 
+@functools.lru_cache(maxsize=None)
+def soft_fn(name: str, restype: Any, *argtypes: Any) -> Optional[Any]:
+    """softdoca's extension function ``name`` (softdoca_ext.h) through ctypes, typed (the GIL is
+    released while it runs); None on real DOCA, which keeps these facts internal, or on a softdoca
+    build without it. Looked up once."""
+    if backend.name != "soft":
+        return None
+    try:
+        fn = getattr(ctypes.CDLL(backend.paths[0]), name)
+    except (AttributeError, OSError):
+        return None
+    fn.argtypes, fn.restype = list(argtypes), restype
+    return fn
+
+
 def _describe(code: int) -> str:
     raw = lib.doca_error_get_descr(code)
     return ffi.string(raw).decode() if raw != ffi.NULL else ""
@@ -286,5 +302,5 @@ _errors.HOOKS.update(describe=_describe, missing=missing_note)
 
 
 __all__ = ["ffi", "lib", "backend", "BackendInfo", "BackendError", "check_version", "parse_version",
-           "softdoca_path", "has", "missing", "not_supported", "optional", "require",
+           "softdoca_path", "soft_fn", "has", "missing", "not_supported", "optional", "require",
            "SUPPORTED_MIN", "SUPPORTED_MAX"]

@@ -42,25 +42,19 @@ def transport_env(transport: str) -> Dict[str, str]:
 def _soft_has_transports() -> bool:
     """True when the loaded softdoca honours SOFTDOCA_TRANSPORT (exports softdoca_transport_name)."""
     import ctypes
-    from pydoca._native import backend
-    try:
-        ctypes.CDLL(backend.paths[0]).softdoca_transport_name
-    except (AttributeError, OSError, IndexError):
-        return False
-    return True
+    from pydoca._native import soft_fn
+    return soft_fn("softdoca_transport_name", ctypes.c_char_p, ctypes.c_void_p) is not None
 
 
 def _soft_transport_of(conn: Any) -> Optional[str]:
     """"tcp" or "shm": softdoca's transport of an established connection (None on real DOCA / unknown)."""
     import ctypes
-    from pydoca._native import backend, ffi
+    from pydoca._native import ffi, soft_fn
     if backend_name() != "soft" or getattr(conn, "_c", None) is None:
         return None
-    try:
-        fn = ctypes.CDLL(backend.paths[0]).softdoca_transport_name
-    except (AttributeError, OSError, IndexError):
+    fn = soft_fn("softdoca_transport_name", ctypes.c_char_p, ctypes.c_void_p)
+    if fn is None:
         return "tcp"
-    fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_char_p
     name = fn(int(ffi.cast("uintptr_t", conn._c)))
     return name.decode() if name else None
 

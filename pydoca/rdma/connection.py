@@ -1,13 +1,13 @@
 """RDMA connections: one per peer, created by export/connect or RDMA CM."""
 from __future__ import annotations
 
+import ctypes
 import enum
-import functools
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from pydoca._log import get_logger
 
-from .._native import callbacks, ffi, lib
+from .._native import callbacks, ffi, lib, soft_fn
 from ..errors import DocaError, check
 
 if TYPE_CHECKING:
@@ -26,23 +26,6 @@ class ConnectionState(enum.Enum):
 
 
 FAILURE_REASONS = {0: None, 1: "rejected", 2: "timeout", 3: "refused", 4: "lost"}
-
-
-@functools.lru_cache(maxsize=1)
-def _soft_ext() -> Optional[Any]:
-    """softdoca's extension symbols (None on real DOCA, which keeps these internal); loaded once."""
-    from .._native import backend
-    if backend.name != "soft":
-        return None
-    import ctypes
-    handle = ctypes.CDLL(backend.paths[0])
-    handle.softdoca_rdma_connection_get_fail_reason.argtypes = [ctypes.c_void_p]
-    handle.softdoca_rdma_connection_get_private_data.argtypes = [
-        ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint8)]
-    detail = getattr(handle, "softdoca_rdma_connection_get_error_detail", None)
-    if detail is not None:
-        detail.argtypes, detail.restype = [ctypes.c_void_p], ctypes.c_char_p
-    return handle
 
 
 class Connection:
@@ -120,10 +103,10 @@ class Connection:
         does not report it) or not failed."""
         if self._final is not None:
             return self._final["failure_reason"]  # type: ignore[no-any-return]
-        ext = _soft_ext()
-        if ext is None or self._c is None:
+        fn = soft_fn("softdoca_rdma_connection_get_fail_reason", ctypes.c_int, ctypes.c_void_p)
+        if fn is None or self._c is None:
             return None
-        return FAILURE_REASONS.get(ext.softdoca_rdma_connection_get_fail_reason(int(ffi.cast("uintptr_t", self._c))))
+        return FAILURE_REASONS.get(fn(int(ffi.cast("uintptr_t", self._c))))
 
     @property
     def error_detail(self) -> Optional[str]:
@@ -131,8 +114,7 @@ class Connection:
         None when unknown (real DOCA reports it through the failed tasks' statuses only)."""
         if self._final is not None and "error_detail" in self._final:
             return self._final["error_detail"]  # type: ignore[no-any-return]
-        ext = _soft_ext()
-        fn = getattr(ext, "softdoca_rdma_connection_get_error_detail", None) if ext is not None else None
+        fn = soft_fn("softdoca_rdma_connection_get_error_detail", ctypes.c_char_p, ctypes.c_void_p)
         if fn is None or self._c is None:
             return None
         raw = fn(int(ffi.cast("uintptr_t", self._c)))
@@ -144,12 +126,12 @@ class Connection:
         when unknown (real DOCA 3.3 has no getter for it)."""
         if self._final is not None:
             return self._final["private_data"]  # type: ignore[no-any-return]
-        ext = _soft_ext()
-        if ext is None or self._c is None:
+        fn = soft_fn("softdoca_rdma_connection_get_private_data", ctypes.c_int, ctypes.c_void_p,
+                     ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint8))
+        if fn is None or self._c is None:
             return None
-        import ctypes
         ptr, n = ctypes.c_void_p(), ctypes.c_uint8()
-        if ext.softdoca_rdma_connection_get_private_data(int(ffi.cast("uintptr_t", self._c)), ptr, n) != 0:
+        if fn(int(ffi.cast("uintptr_t", self._c)), ptr, n) != 0:
             return None
         return ctypes.string_at(ptr.value, n.value) if ptr.value and n.value else b""
 

@@ -305,13 +305,19 @@ SD_EXPORT doca_error_t doca_pe_set_notification_handle(struct doca_pe *pe, doca_
 	return DOCA_ERROR_NOT_SUPPORTED;
 }
 
+/* The waiter is awake: stop signalling, consume the eventfd's count. */
+static void pe_disarm(struct doca_pe *pe)
+{
+	atomic_store(&pe->armed, 0);
+	efd_drain(pe->efd);
+}
+
 SD_EXPORT doca_error_t doca_pe_clear_notification(struct doca_pe *pe, doca_notification_handle_t handle)
 {
 	CHECK_PE(pe);
 	if (handle != pe->epfd)
 		return DOCA_ERROR_INVALID_VALUE;
-	atomic_store(&pe->armed, 0);
-	efd_drain(pe->efd);
+	pe_disarm(pe);
 	pe_service_ready(pe);
 	return DOCA_SUCCESS;
 }
@@ -357,8 +363,7 @@ SD_EXPORT int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms, int spin_us)
 		n = epoll_wait(pe->epfd, evs, SD_PE_WAIT_EVS, timeout_ms);
 	if (max && timeout_ms != 0)
 		pe->spin_ns = n > 0 && sd_now_ns() - t0 <= max ? max : budget / 2;
-	atomic_store(&pe->armed, 0);
-	efd_drain(pe->efd);
+	pe_disarm(pe);
 	if (n > 0)
 		pe_service(pe, evs, n);
 	else if (n < 0)

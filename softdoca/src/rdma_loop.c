@@ -188,7 +188,7 @@ static uint64_t link_timers(struct sd_link *l, uint64_t now, uint64_t T)
 			sd_link_close(l, DOCA_ERROR_CONNECTION_RESET);
 			return 0;
 		}
-		next = l->deadline_ns;
+		next = sd_min_deadline(next, l->deadline_ns); /* the sweep's time may come first */
 	}
 	if (l->parked) {
 		if (now >= l->park_deadline_ns) {
