@@ -1,6 +1,8 @@
 """ProgressEngine: where completions and events are delivered.
 
-Callbacks run only inside ``progress()`` on the calling thread. Two progress
+Callbacks run only inside ``progress()`` on the calling thread; so do the
+pollers added with ``add_poller`` (after each call that delivered anything:
+owners of task rings drain their completions there). Two progress
 modes, chosen per engine: ``blocking`` sleeps on the engine's notification fd
 between events (low CPU), ``polling`` spins on ``doca_pe_progress`` (lowest
 latency). Both honour a timeout on every wait.
@@ -18,7 +20,7 @@ import math
 import os
 import select
 import time
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from ._native import callbacks, ffi, lib, soft_fn
 from .errors import check
@@ -56,6 +58,7 @@ class ProgressEngine(Resource):
             lib.doca_pe_destroy(self._pe)
             raise
         self._fd = int(handle[0])
+        self._pollers: List[Callable[[], None]] = []
         self._addr = int(ffi.cast("uintptr_t", self._pe))
         self._soft_wait = soft_fn("softdoca_pe_wait", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
         self._soft_kick = soft_fn("softdoca_pe_kick", None, ctypes.c_void_p)
@@ -84,8 +87,19 @@ class ProgressEngine(Resource):
         Re-raises an exception that a callback raised during delivery."""
         self._check_open()
         made = bool(lib.doca_pe_progress(self._pe))
+        if made and self._pollers:
+            for fn in self._pollers:
+                fn()
         callbacks.take_error()
         return made
+
+    def add_poller(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` after every :meth:`progress` that delivered something (e.g. drain a task ring)."""
+        self._pollers = self._pollers + [fn]
+
+    def remove_poller(self, fn: Callable[[], None]) -> None:
+        """Stop calling ``fn`` (no error if it was not added)."""
+        self._pollers = [f for f in self._pollers if f != fn]
 
     def progress_all(self, *, limit: int = 10_000) -> int:
         """Progress until idle (bounded); returns the number of productive rounds."""

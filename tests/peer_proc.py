@@ -149,6 +149,27 @@ class Peer:
         self.conn.disconnect()
         return {}
 
+    def send_many(self, texts: List[str], imm: int = -1, blob: str = "") -> Dict[str, Any]:
+        """Send each text (with immediate ``imm`` when >= 0), in order; then, given the peer's mmap
+        ``blob``, one 4-byte write-with-immediate ``imm`` at its offset 0."""
+        data = [t.encode() for t in texts]
+        mem = bytearray(b"".join(data) or b"\0" * 4)
+        mm = pydoca.MemoryMap(self.dev, mem, access=Access.LOCAL_READ_WRITE)
+        self.stack.callback(mm.close)
+        tasks, off = [], 0
+        for d in data:
+            buf = self.inv.buffer(mm, offset=off, length=len(d))
+            tasks.append(self.rdma.send(self.conn, buf) if imm < 0 else self.rdma.send_imm(self.conn, buf, imm))
+            off += len(d)
+        for t in tasks:
+            t.result(10)
+        if blob:
+            rm = pydoca.MemoryMap.from_export(self.dev, unb64(blob))
+            self.stack.callback(rm.close)
+            self.rdma.write_imm(self.conn, self.inv.buffer(mm, offset=0, length=4),
+                                self.inv.buffer(rm, offset=0, length=4, empty=True), max(imm, 0)).result(10)
+        return {}
+
     def stop_mmap(self) -> Dict[str, Any]:
         self.mm.close()
         return {}

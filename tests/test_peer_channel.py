@@ -1,74 +1,130 @@
-"""pydoca.peer's Channel across processes: counted sends (no Python call per completion) keep order,
-give their slots back through reap(), queue in the outbox while none is free, and fail quietly
-(slot returned) once the connection is gone."""
+"""pydoca.peer's Channel across processes, over task rings (no Python task object or callback per message):
+sends keep their order, queue in the outbox while no slot is free, report each outcome to ``on_done``
+and give their slots back (also once the connection is gone); received sends, sends with immediate and
+writes with immediate reach the owner in order, from the right connection, and every slot is posted again."""
 from __future__ import annotations
 
 import base64
 import time
 
+import pytest
+
+from pydoca import Access, MemoryMap
+from pydoca.errors import DocaError
 from pydoca.peer.channel import Channel
+from pydoca.rdma.ring import TaskRing
 from rdma_util import Local, PeerProc
 from test_rdma import connect, local, peer  # noqa: F401 - the fixtures too
 
 
-def _drain(local: Local, ch: Channel, bound: float = 10.0) -> None:
+def _settle(local: Local, ch: Channel, bound: float = 10.0) -> None:
     end = time.monotonic() + bound
-    while (ch._outbox or ch._counted) and time.monotonic() < end:
+    while (ch._outbox or ch._send.posted) and time.monotonic() < end:
         local.pe.wait(0.05)
-        ch.reap()
+    ch.reap()
 
 
-def test_counted_sends_queue_reap_and_keep_order(local: Local, peer: PeerProc) -> None:
+def test_sends_queue_complete_in_order_and_give_slots_back(local: Local, peer: PeerProc) -> None:
     conn, _ = connect(local, peer, "oob")
     n = 40
     peer.call("post_recv", n=n, size=256)
-    received: list[bytes] = []
+    outcomes: list[tuple[int, bool]] = []
     ch = Channel(local.dev, local.rdma, local.inv, recv_slots=1, send_slots=2,
-                 on_message=lambda c, d: received.append(d), on_imm=lambda c, imm, k: None, counted_sends=True)
+                 on_message=lambda c, d: None, on_imm=lambda c, imm, k: None)
     try:
         frames = [f"frame-{i:03d}-".encode() * (1 + i % 5) for i in range(n)]
-        for f in frames:
-            ch.send(conn, f)
+        for i, f in enumerate(frames):
+            ch.send(conn, f, None if i % 3 else (lambda ok, i=i: outcomes.append((i, ok))))
         assert len(ch._outbox) >= n - 2, "two slots: the rest must wait in the outbox"
-        _drain(local, ch)
-        assert not ch._outbox and not ch._counted and sorted(ch._free) == [0, 1]
+        _settle(local, ch)
+        assert not ch._outbox and ch._send.posted == 0 and sorted(ch._free) == [0, 1]
         got = peer.call("recv_results", timeout=10)["results"]
         assert [base64.b64decode(r["data"])[:r["len"]] for r in got] == frames
-        assert received == []                      # nothing was sent back
+        assert outcomes == [(i, True) for i in range(0, n, 3)]
+        assert ch._send.failed == 0
     finally:
         ch.close()
 
 
-def test_counted_sends_after_disconnect_give_their_slot_back(local: Local, peer: PeerProc) -> None:
+def test_sends_after_disconnect_fail_and_give_their_slot_back(local: Local, peer: PeerProc) -> None:
     conn, _ = connect(local, peer, "oob")
+    outcomes: list[bool] = []
     ch = Channel(local.dev, local.rdma, local.inv, recv_slots=1, send_slots=2,
-                 on_message=lambda c, d: None, on_imm=lambda c, imm, k: None, counted_sends=True)
+                 on_message=lambda c, d: None, on_imm=lambda c, imm, k: None)
     try:
         conn.disconnect()
         end = time.monotonic() + 5
         while conn.established and time.monotonic() < end:
             local.pe.wait(0.05)
         for i in range(5):                         # refused at submit or failed in flight: never raises
-            ch.send(conn, b"late %d" % i)
-        _drain(local, ch)
-        assert not ch._outbox and not ch._counted and sorted(ch._free) == [0, 1]
-        assert not local.rdma.__dict__.get("_batches"), "a refused batch stays registered (and pins its memory)"
+            ch.send(conn, b"late %d" % i, outcomes.append)
+        _settle(local, ch)
+        assert not ch._outbox and ch._send.posted == 0 and sorted(ch._free) == [0, 1]
+        assert outcomes == [False] * 5
     finally:
         ch.close()
 
 
-def test_close_right_after_counted_sends(local: Local, peer: PeerProc) -> None:
-    """A responder that answers and closes at once: the finished (or flushed) counted sends must not pin
-    the send slots' memory (MemoryMap.close settles batches; InUseError before)."""
+def test_close_right_after_sends(local: Local, peer: PeerProc) -> None:
+    """A responder that answers and closes at once: finished (or flushed) sends never drained must not pin
+    the send slots' memory (InUseError from MemoryMap.close)."""
     conn, _ = connect(local, peer, "oob")
     peer.call("post_recv", n=4, size=256)
     ch = Channel(local.dev, local.rdma, local.inv, recv_slots=1, send_slots=4,
-                 on_message=lambda c, d: None, on_imm=lambda c, imm, k: None, counted_sends=True)
+                 on_message=lambda c, d: None, on_imm=lambda c, imm, k: None)
     for i in range(4):
         ch.send(conn, b"answer %d" % i)
-    end = time.monotonic() + 5
-    while not all(ch._batches[i] is not None and ch._batches[i].done for i in ch._counted) and time.monotonic() < end:
-        local.pe.wait(0.05)                      # completed in C, never reaped
     ch.close()
     got = peer.call("recv_results", timeout=10)["results"]
     assert [base64.b64decode(r["data"])[:r["len"]] for r in got] == [b"answer %d" % i for i in range(4)]
+
+
+@pytest.mark.parametrize("imm", [-1, 0xA1B2C3D4])
+def test_received_messages_and_immediates_reach_the_owner(local: Local, peer: PeerProc, imm: int) -> None:
+    conn, _ = connect(local, peer, "oob")
+    target = bytearray(4)
+    mm = MemoryMap(local.dev, target, access=Access.LOCAL_READ_WRITE | Access.RDMA_WRITE)
+    got: list[tuple[object, bytes]] = []
+    imms: list[tuple[object, int, int]] = []
+    ch = Channel(local.dev, local.rdma, local.inv, recv_slots=2, send_slots=1,
+                 on_message=lambda c, d: got.append((c, d)), on_imm=lambda c, i, n: imms.append((c, i, n)))
+    try:
+        ch.post_all()
+        texts = [f"message {i} " * (1 + i % 7) for i in range(12)]   # 12 messages through 2 slots
+        peer.post("send_many", texts=texts, imm=imm, blob=base64.b64encode(mm.export_rdma()).decode())
+        end = time.monotonic() + 10
+        while (len(got) < len(texts) or not imms) and time.monotonic() < end:
+            local.pe.wait(0.05)                    # the slots are posted again as the messages are taken
+        peer.answer("send_many")
+        assert [d for _, d in got] == [t.encode() for t in texts]
+        assert all(c is conn for c, _ in got)
+        assert imms == [(conn, max(imm, 0), 4)] and bytes(target) == texts[0].encode()[:4]
+        assert ch._recv.posted == 2, "every slot is posted again"
+    finally:
+        local.rdma.close()                         # flushes the posted receives, as the peer layer does
+        ch.close()
+        mm.close()
+
+
+def test_task_ring_refuses_bad_slots_and_a_closed_context(local: Local) -> None:
+    mem = bytearray(64)
+    mm = MemoryMap(local.dev, mem, access=Access.LOCAL_READ_WRITE)
+    bufs = [local.inv.buffer(mm, offset=i * 32, length=32, empty=True) for i in range(2)]
+    ring = TaskRing(local.rdma, bufs, "receive")
+    with pytest.raises(ValueError, match="receives or sends"):
+        TaskRing(local.rdma, bufs, "write")
+    ring.post(0)
+    with pytest.raises(DocaError, match="ring slot 0"):
+        ring.post(0)                               # already posted
+    with pytest.raises(DocaError, match="ring slot 7"):
+        ring.post(7)                               # no such slot
+    assert ring.posted == 1 and mm._tasks, "a posted slot pins its memory"
+    local.rdma.close()                             # flushes the receive: one failed entry
+    entry = ring.take()
+    assert entry is not None and entry[0] == 0 and entry[1] != 0
+    assert ring.take() is None and ring.posted == 0 and ring.failed == 1 and not mm._tasks
+    with pytest.raises(Exception, match="closed"):
+        ring.post(1)
+    for b in bufs:
+        b.close()
+    mm.close()

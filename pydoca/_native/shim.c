@@ -10,11 +10,16 @@
  * freed, and Python is not called at all. pydoca_rdma_batch_submit allocates
  * and submits a run of tasks in one call, ringing the doorbell once (submit_ex
  * without FLUSH for all but the last, where the runtime has submit_ex).
+ *
+ * Task rings: a task whose user data carries PYDOCA_RING_TAG is a ring slot's
+ * receive or send; its completion is written to the ring's entries and the
+ * task freed (the slot is posted again with a fresh task from the pool).
  */
 #include "doca_all.h"
 #include "shim_types.h"
 
 #define PYDOCA_BATCH_TAG (1ULL << 63)
+#define PYDOCA_RING_TAG (1ULL << 62)
 
 static void _pydoca_task_done(struct doca_task *task, uint64_t task_ud, int success);
 static void _pydoca_ctx_state(uint64_t ctx_ud, struct doca_ctx *ctx, int prev, int next);
@@ -24,6 +29,7 @@ static void _pydoca_conn_event(int kind, struct doca_rdma_connection *conn, uint
  * The functions added after 2.9 are made weak by _build.py (versions.OPTIONAL),
  * which appends their #pragma weak lines and the pydoca_optional_* table to this file. */
 #pragma weak doca_task_submit_ex
+#pragma weak doca_rdma_connection_get_user_data
 
 /* softdoca's extension (absent on real DOCA): why a task failed, in words. */
 const char *softdoca_task_get_error_detail(const struct doca_task *task);
@@ -60,12 +66,50 @@ doca_error_t pydoca_rdma_set_conn_cbs(struct doca_rdma *rdma)
 							pydoca_conn_failure, pydoca_conn_disconnect);
 }
 
+enum { PYDOCA_RING_RECEIVE = 0, PYDOCA_RING_SEND = 1 };
+
+/* A ring task completed: record it as the ring's next entry and free it. */
+static int pydoca_ring_done(struct doca_task *task, uint64_t ud, int success)
+{
+	struct pydoca_ring_slot *slot = (struct pydoca_ring_slot *)(uintptr_t)(ud & ~PYDOCA_RING_TAG);
+	struct pydoca_ring *r = slot->ring;
+	struct pydoca_ring_entry *e = &r->entries[r->head % r->n];
+
+	e->slot = slot->index;
+	e->status = success ? 0 : (int32_t)doca_task_get_status(task);
+	e->length = e->opcode = e->imm = 0;
+	e->conn_ud = 0;
+	if (success && r->kind == PYDOCA_RING_RECEIVE) {
+		struct doca_rdma_task_receive *t = slot->recv;
+		struct doca_rdma_connection *c = t ? doca_rdma_task_receive_get_result_rdma_connection(t) : NULL;
+		union doca_data d;
+
+		if (t) {
+			e->length = doca_rdma_task_receive_get_result_len(t);
+			e->opcode = (uint32_t)doca_rdma_task_receive_get_result_opcode(t);
+			if (e->opcode != DOCA_RDMA_OPCODE_RECV_SEND)
+				e->imm = doca_rdma_task_receive_get_result_immediate_data(t);
+		}
+		if (c && doca_rdma_connection_get_user_data && doca_rdma_connection_get_user_data(c, &d) == DOCA_SUCCESS)
+			e->conn_ud = d.u64;
+	}
+	r->failed += success ? 0 : 1;
+	slot->recv = NULL;
+	slot->posted = 0;
+	r->posted--;
+	r->head++;
+	doca_task_free(task);
+	return 1;
+}
+
 /* A batch task completed: record it in its batch and free it; 0 when the task is not a batch task. */
 static int pydoca_batch_done(struct doca_task *task, uint64_t ud, int success)
 {
 	struct pydoca_batch_slot *slot;
 	struct pydoca_batch *b;
 
+	if (ud & PYDOCA_RING_TAG)
+		return pydoca_ring_done(task, ud, success);
 	if (!(ud & PYDOCA_BATCH_TAG))
 		return 0;
 	slot = (struct pydoca_batch_slot *)(uintptr_t)(ud & ~PYDOCA_BATCH_TAG);
@@ -284,6 +328,51 @@ doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, s
 			break;
 		}
 		batch->submitted++;
+	}
+	return rc;
+}
+
+/*
+ * Post ring slot ``slot``: a receive into its (emptied) buffer, or a send of
+ * its first ``length`` bytes on ``conn``. On failure nothing is in flight.
+ */
+doca_error_t pydoca_ring_post(struct doca_rdma *rdma, struct pydoca_ring *ring, uint32_t slot,
+			      struct doca_rdma_connection *conn, uint32_t length)
+{
+	struct pydoca_ring_slot *s;
+	struct doca_task *task = NULL;
+	union doca_data ud;
+	doca_error_t rc;
+
+	if (slot >= ring->n || ring->slots[slot].posted)
+		return DOCA_ERROR_BAD_STATE;
+	s = &ring->slots[slot];
+	ud.u64 = (uint64_t)(uintptr_t)s | PYDOCA_RING_TAG;
+	if (ring->kind == PYDOCA_RING_RECEIVE) {
+		struct doca_rdma_task_receive *t;
+
+		rc = doca_buf_reset_data_len(s->buf);
+		if (rc == DOCA_SUCCESS)
+			rc = doca_rdma_task_receive_allocate_init(rdma, s->buf, ud, &t);
+		if (rc == DOCA_SUCCESS) {
+			task = doca_rdma_task_receive_as_task(t);
+			s->recv = t;
+		}
+	} else {
+		rc = doca_buf_set_data_len(s->buf, length);
+		if (rc == DOCA_SUCCESS)
+			rc = pydoca_batch_alloc(rdma, PYDOCA_B_SEND, conn, s->buf, NULL, 0, ud, &task);
+	}
+	if (rc != DOCA_SUCCESS)
+		return rc;
+	s->posted = 1;
+	ring->posted++;
+	rc = doca_task_submit(task);
+	if (rc != DOCA_SUCCESS) {
+		s->posted = 0;
+		s->recv = NULL;
+		ring->posted--;
+		doca_task_free(task);
 	}
 	return rc;
 }

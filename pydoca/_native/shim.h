@@ -24,6 +24,10 @@ doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, s
 					     struct pydoca_batch *batch, struct pydoca_batch_slot *slots,
 					     uint32_t first, uint32_t count);
 
+/* Task rings: see shim_types.h. Post slot's task (send: ``length`` bytes of its buffer on ``conn``). */
+doca_error_t pydoca_ring_post(struct doca_rdma *rdma, struct pydoca_ring *ring, uint32_t slot,
+			      struct doca_rdma_connection *conn, uint32_t length);
+
 /* Optional DOCA functions (versions.OPTIONAL, weak): name and presence, by index. */
 int pydoca_optional_count(void);
 const char *pydoca_optional_name(int i);

@@ -209,8 +209,7 @@ class Responder:
                          send_queue_size=max(256, send_slots), max_tasks=recv_slots + send_slots + 16)
         self.channel = Channel(self.dev, self.rdma, self.inventory, recv_slots=recv_slots, send_slots=send_slots,
                                on_message=lambda c, d: self._inbox.append(("msg", c, d)),
-                               on_imm=lambda c, imm, n: self._inbox.append(("imm", c, imm)),
-                               counted_sends=True)
+                               on_imm=lambda c, imm, n: self._inbox.append(("imm", c, imm)))
         self.rdma.on_connection = lambda c, s: self._inbox.append(("conn", c, s))
         self.channel.post_all()
         self.rdma.listen(self.port, accept=self._accept)

@@ -130,7 +130,7 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
     """The requester/responder layer against raw RDMA writes, interleaved in one run."""
     from ..peer import Requester
     from ..peer.spec import split_address  # noqa: F401 - import check: the peer layer is importable
-    bulk_n = max(5, iterations // 100)
+    bulk_n = max(20, iterations // 50)
     fig: Dict[str, List[float]] = {k: [] for k in ("call_64B_p50_us", "call_64B_inline_p50_us", "write_8B_p50_us",
                                                    "write_8B_posted_p50_us",
                                                    "write_4MiB_MBps", "raw_write_8B_p50_us", "raw_write_4MiB_MBps")}
@@ -162,8 +162,11 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
                     posted = _timed(lambda: req.write("/small", small, posted=True), iterations, after=req.flush)
                     fig["write_8B_posted_p50_us"].append(_q(posted, .5) * 1e6)
                     fig["raw_write_8B_p50_us"].append(_q(raw8.latency(iterations), 0.5) * 1e6)
+                    # bulk after many small operations: a few untimed writes first, for both
+                    _timed(lambda: req.write("/bulk", bulk), 3)
                     t = _q(_timed(lambda: req.write("/bulk", bulk), bulk_n), 0.5)
                     fig["write_4MiB_MBps"].append((4 << 20) / t / 1e6)
+                    raw4.latency(3)
                     fig["raw_write_4MiB_MBps"].append((4 << 20) / _q(raw4.latency(bulk_n), 0.5) / 1e6)
                     if tick:
                         tick()
