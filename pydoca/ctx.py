@@ -218,6 +218,9 @@ class Task(Generic[T]):
         return None
 
     def _on_done(self, c_task: Any, success: bool) -> None:
+        pe = self.ctx.pe
+        if pe._pollers:                          # task-ring completions recorded before this one go first
+            pe.run_pollers()
         try:
             if success:
                 self.value = self._collect(c_task)

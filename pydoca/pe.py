@@ -88,13 +88,19 @@ class ProgressEngine(Resource):
         self._check_open()
         made = bool(lib.doca_pe_progress(self._pe))
         if made and self._pollers:
-            for fn in self._pollers:
-                fn()
+            self.run_pollers()
         callbacks.take_error()
         return made
 
+    def run_pollers(self) -> None:
+        """Run the pollers now. Contexts call this before handing any other event to Python, so that
+        completions recorded in C earlier in the same ``progress()`` are delivered first, in order."""
+        for fn in self._pollers:
+            fn()
+
     def add_poller(self, fn: Callable[[], None]) -> None:
-        """Call ``fn()`` after every :meth:`progress` that delivered something (e.g. drain a task ring)."""
+        """Call ``fn()`` after every :meth:`progress` that delivered something, and before any callback
+        of a task or connection event of this engine's contexts (e.g. drain a task ring)."""
         self._pollers = self._pollers + [fn]
 
     def remove_poller(self, fn: Callable[[], None]) -> None:
@@ -168,12 +174,19 @@ class ProgressEngine(Resource):
 
     def run_until(self, predicate: Callable[[], bool], timeout: float, *, what: str = "condition") -> None:
         """Progress until ``predicate()`` is true; TimeoutError after ``timeout`` s."""
+        if predicate():
+            return
         deadline = time.monotonic() + timeout
+        polling = self.mode is ProgressMode.POLLING
+        progress, sleep = self.progress, self.sleep
         while not predicate():
+            if progress():
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-            self.wait(min(remaining, 0.1), spin=True)
+            if not polling:
+                sleep(min(remaining, 0.5), spin=True)   # then progress (the loop) delivers what woke it
 
     def __repr__(self) -> str:
         return f"<ProgressEngine mode={self.mode.value} {'closed' if self.closed else 'open'}>"

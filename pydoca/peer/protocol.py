@@ -209,6 +209,8 @@ _DECODERS: Dict[MsgType, Callable[[bytes], Message]] = {
     MsgType.CREDIT: _fixed(_CREDIT.size, "CREDIT", lambda b: Credit(_CREDIT.unpack(b)[0])),
 }
 
+_BY_VALUE: Dict[int, MsgType] = {int(t): t for t in MsgType}
+
 _TYPES: Dict[Type[Any], MsgType] = {
     Ident: MsgType.IDENT, Hello: MsgType.HELLO, Challenge: MsgType.CHALLENGE, Auth: MsgType.AUTH,
     StatusMsg: MsgType.STATUS, Write: MsgType.WRITE, Read: MsgType.READ, Call: MsgType.CALL,
@@ -217,6 +219,8 @@ _TYPES: Dict[Type[Any], MsgType] = {
 
 
 def _body(msg: Message) -> bytes:
+    if isinstance(msg, Data):                 # the common case first
+        return DATA.pack(msg.ep, msg.offset, msg.length) + msg.payload
     if isinstance(msg, Ident):
         name, key = msg.name.encode("utf-8")[:MAX_NAME], msg.key_id.encode("utf-8")[:MAX_NAME]
         if len(msg.nonce) != NONCE:
@@ -258,10 +262,9 @@ def decode(data: bytes) -> Frame:
         raise FrameError(f"unknown flags {flags:#x}")
     if length != len(data) - HEADER.size:
         raise FrameError(f"header says {length} body bytes, frame has {len(data) - HEADER.size}")
-    try:
-        kind = MsgType(mtype)
-    except ValueError as exc:
-        raise FrameError(f"unknown message type {mtype}") from exc
+    kind = _BY_VALUE.get(mtype)
+    if kind is None:
+        raise FrameError(f"unknown message type {mtype}")
     msg = _DECODERS[kind](data[HEADER.size:])
     if isinstance(msg, Data):
         _check_data(kind, flags, msg)

@@ -419,7 +419,7 @@ class Requester:
 
     def _pump(self) -> None:
         """Start queued operations in order while the window and their endpoint's credit allow."""
-        if self._fatal is not None or self._closed:
+        if self._fatal is not None or self._closed or not self._queue:
             return
         blocked: Set[int] = set()
         for op in list(self._queue):
@@ -618,6 +618,12 @@ class Requester:
             self._break(ProtocolError(f"malformed message from the responder: {exc}"))
             return
         msg = frame.msg
+        if frame.type is P.MsgType.RESULT or frame.type is P.MsgType.READY or \
+                (frame.type is P.MsgType.STATUS and not frame.flags & P.FLAG_POSTED):
+            op = self._active.get(frame.seq)   # the answer of an operation: the common case first
+            if op is not None:
+                self._advance_guarded(op, frame)
+                return
         if isinstance(msg, P.Hello):
             self._hello_parts.append(msg.chunk)
             if sum(map(len, self._hello_parts)) > P.MAX_HELLO:
@@ -647,6 +653,9 @@ class Requester:
             if frame.seq == 0 and isinstance(msg, P.StatusMsg):
                 self._break(error_for(msg.code, msg.message))
             return
+        self._advance_guarded(op, frame)
+
+    def _advance_guarded(self, op: Op, frame: P.Frame) -> None:
         try:
             self._advance(op, frame)
         except Exception as exc:  # noqa: BLE001 - the operation fails, the loop goes on

@@ -44,6 +44,8 @@ from .workers import HandlerPool, Job
 log = get_logger()
 
 REGION_ACCESS = Access.LOCAL_READ_WRITE | Access.RDMA_READ | Access.RDMA_WRITE
+MAINTAIN_S = 0.02          # how often a busy serving loop checks deadlines (handler timeouts, IDENT, kills)
+_WANT = {P.MsgType.WRITE: Kind.WRITE, P.MsgType.READ: Kind.READ, P.MsgType.CALL: Kind.CALL}
 
 
 class _Peer:
@@ -99,6 +101,8 @@ class Responder:
         self._next_peer = 0
         self._inbox: Deque[Tuple[Any, ...]] = collections.deque()
         self._running: List[Request] = []
+        self._maintain_at = 0.0
+        self._credits_due = False
         self._stopping = False
         self._started = False
         self._closed = False
@@ -238,17 +242,27 @@ class Responder:
     def run_once(self, timeout: float = 0.1) -> int:
         """Wait up to ``timeout`` for events and finished handlers, handle them; returns how many."""
         self._wait(timeout)
-        self._guard("progress", lambda: None if self.pe.progress_all(limit=256) is None else None)
+        try:
+            self.pe.progress_all(limit=256)
+        except Exception as exc:  # noqa: BLE001 - one bad event must not stop the server
+            self._failed("progress", exc)
         n = 0
-        for job in self.pool.take():
+        if self.pool.finished:
+            for job in self.pool.take():
+                n += 1
+                self._guard("handler result", self._on_job, job)
+        inbox = self._inbox
+        while inbox:
             n += 1
-            self._guard("handler result", self._on_job, job)
-        while self._inbox:
-            n += 1
-            item = self._inbox.popleft()
+            item = inbox.popleft()
             self._guard(item[0], self._dispatch, item)
-        self._guard("maintenance", self._maintain)
-        self._guard("credits", self._send_credits)
+        now = time.monotonic()
+        if now >= self._maintain_at:          # deadlines and kills: a few times a second is enough
+            self._maintain_at = now + MAINTAIN_S
+            self._guard("maintenance", self._maintain)
+        if self._credits_due:
+            self._credits_due = False
+            self._guard("credits", self._send_credits)
         self.channel.reap()
         return n
 
@@ -263,9 +277,13 @@ class Responder:
         try:
             fn(*args)
         except Exception as exc:  # noqa: BLE001 - one bad event must not stop the server
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            log.error("responder event failed", what=what, error=repr(exc),
-                      at=f"{os.path.basename(where.filename)}:{where.lineno}")
+            self._failed(what, exc)
+
+    @staticmethod
+    def _failed(what: str, exc: BaseException) -> None:
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        log.error("responder event failed", what=what, error=repr(exc),
+                  at=f"{os.path.basename(where.filename)}:{where.lineno}")
 
     def _wait(self, timeout: float) -> None:
         if self._inbox or self.pool.finished:
@@ -523,7 +541,7 @@ class Responder:
             self._status(peer, seq, P.Status.NOT_FOUND, f"no endpoint with id {msg.ep}", flags=pf)
             return
         ep = self.endpoints[msg.ep]
-        want = {P.MsgType.WRITE: Kind.WRITE, P.MsgType.READ: Kind.READ, P.MsgType.CALL: Kind.CALL}[mtype]
+        want = _WANT[mtype]
         if ep.kind is not want:
             self._status(peer, seq, P.Status.REJECTED, f"{ep.path} is a {ep.kind.value} endpoint, not {want.value}",
                          flags=pf)
@@ -659,6 +677,7 @@ class Responder:
             peer.posted_open -= 1
             if code is P.Status.OK:
                 peer.credit_due += 1         # sent at the end of this pass (_send_credits)
+                self._credits_due = True
             else:                            # FLAG_POSTED: this status also returns the write's credit
                 self._send(peer, P.StatusMsg(code, message), req.seq, P.FLAG_POSTED)
         self._release(req)

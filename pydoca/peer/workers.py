@@ -65,7 +65,8 @@ class HandlerPool:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[threading.Thread] = None
         self._closed = False
-        self.notify: Optional[Callable[[], None]] = None   # also called on each finish (e.g. ProgressEngine.kick)
+        #: called on each finish instead of writing the pipe (e.g. ProgressEngine.kick)
+        self.notify: Optional[Callable[[], None]] = None
 
     def fileno(self) -> int:
         """Readable when jobs have finished (call :meth:`take`)."""
@@ -105,12 +106,13 @@ class HandlerPool:
     def _finish(self, job: Job) -> None:
         job.done = True
         self.finished.append(job)
+        if self.notify is not None:     # wakes the serving thread's progress engine directly
+            self.notify()
+            return
         try:
             os.write(self._wfd, b"\0")
         except OSError:       # pipe full (the serving thread will drain it) or closed at shutdown
             pass
-        if self.notify is not None:
-            self.notify()
 
     def _submit_async(self, job: Job) -> None:
         if self._loop is None:
@@ -136,11 +138,12 @@ class HandlerPool:
 
     def take(self) -> List[Job]:
         """Jobs finished since the last call (drains the wake-up pipe)."""
-        try:
-            while os.read(self._rfd, 4096):
+        if self.notify is None:
+            try:
+                while os.read(self._rfd, 4096):
+                    pass
+            except (BlockingIOError, OSError):
                 pass
-        except (BlockingIOError, OSError):
-            pass
         out = []
         while self.finished:
             out.append(self.finished.popleft())

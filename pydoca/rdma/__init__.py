@@ -155,6 +155,8 @@ class Rdma(SyncEventTasksMixin, BatchMixin, Context):
     # connection: it is rejected or marked failed and forgotten, one log line
     # says why, and nothing reaches the loop that called progress().
     def _on_conn_event(self, kind: int, c_conn: Any, conn_ud: int) -> None:
+        if self.pe._pollers:                     # messages received before this event go first
+            self.pe.run_pollers()
         if kind == _EV_REQUEST:
             self._on_request(c_conn)
         else:
