@@ -102,10 +102,11 @@ def one_round(quick: bool) -> Dict[str, Optional[float]]:
     f["pydoca_lat_write_8B_blocking_us"] = R.lat("write", 8, iterations=n, rounds=1)["p50_us"]
     f["pydoca_lat_write_8B_polling_us"] = R.lat("write", 8, iterations=n, rounds=1, progress="polling")["p50_us"]
     f["pydoca_rate_write_8B_ops"] = R.rate("write", 8, iterations=10 * n, rounds=1)["ops_per_s"]
-    f["pydoca_bw_write_1MiB_MBps"] = R.bw("write", 1 << 20, iterations=n // 3, rounds=1)["MBps"]
+    bw_n = n // 3 if quick else 2048      # ~0.4 s, as long as a bench bw round (iperf3 runs 2 s)
+    f["pydoca_bw_write_1MiB_MBps"] = R.bw("write", 1 << 20, iterations=bw_n, rounds=1)["MBps"]
     f["pydoca_rate_write_8B_batch_ops"] = R.rate("write", 8, iterations=100 * n, rounds=1, batch=True)["ops_per_s"]
-    one = R.bw("write", 1 << 20, outstanding=8, iterations=n // 3, rounds=1)
-    eight = R.bw("write", 1 << 20, outstanding=8, connections=8, iterations=n // 3, rounds=1)
+    one = R.bw("write", 1 << 20, outstanding=8, iterations=bw_n, rounds=1)
+    eight = R.bw("write", 1 << 20, outstanding=8, connections=8, iterations=bw_n, rounds=1)
     f["pydoca_bw_write_1MiB_1conn_MBps"], f["pydoca_bw_write_1MiB_8conn_MBps"] = one["MBps"], eight["MBps"]
     f["pydoca_8conn_op_p99_us"], f["pydoca_8conn_op_p50_us"] = eight["op_p99_us"], eight["op_p50_us"]
     f["three_x_p50_us"] = 3 * eight["op_p50_us"]

@@ -14,7 +14,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from .session import BenchError, Session, backend_name
+from .session import BenchError, Session, backend_name, transport_env
 
 Tick = Optional[Callable[[], None]]
 
@@ -141,7 +141,7 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
             fh.write(PEER_HANDLERS)
         from .summary import free_port
         port = free_port()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "SOFTDOCA_TRANSPORT": transport}
+        env = {**transport_env(transport), "PYTHONUNBUFFERED": "1"}
         serve = subprocess.Popen([sys.executable, "-m", "pydoca.cli", "serve", "spec.yaml", "--listen",
                                   f"127.0.0.1:{port}"] + (["--polling"] if progress == "polling" else []),
                                  cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -182,7 +182,17 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
     out = _base("peer", "mixed", 0, iterations, rounds, transport)
     out.update({k: statistics.median(v) for k, v in fig.items()})
     out.update({f"{k}_rounds": v for k, v in fig.items()})
+    # each round's ratio to raw, measured back to back: robust to drifts between rounds (thread placement
+    # on a small VM moves every figure by up to 2x), unlike a ratio of medians taken over all rounds
+    for key, raw in PEER_RATIOS:
+        per = [a / b for a, b in zip(fig[key], fig[raw])]
+        out[f"ratio_{key}"], out[f"ratio_{key}_rounds"] = statistics.median(per), per
     return out
+
+
+PEER_RATIOS = (("call_64B_p50_us", "raw_write_8B_p50_us"), ("call_64B_inline_p50_us", "raw_write_8B_p50_us"),
+               ("write_8B_p50_us", "raw_write_8B_p50_us"), ("write_8B_posted_p50_us", "raw_write_8B_p50_us"),
+               ("write_4MiB_MBps", "raw_write_4MiB_MBps"))
 
 
 def describe(r: Dict[str, Any]) -> List[str]:
@@ -214,11 +224,19 @@ def describe(r: Dict[str, Any]) -> List[str]:
                       ("raw_write_8B_p50_us", "us"),
                       ("write_4MiB_MBps", "MB/s"), ("raw_write_4MiB_MBps", "MB/s")):
         lines.append(f"  {key:22s} {spread(key, unit)}")
-    lines.append(f"  ratios: 8 B write {r['write_8B_p50_us'] / r['raw_write_8B_p50_us']:.2f}x raw (posted "
+    lines.append(f"  ratios of medians: 8 B write {r['write_8B_p50_us'] / r['raw_write_8B_p50_us']:.2f}x raw (posted "
                  f"{r['write_8B_posted_p50_us'] / r['raw_write_8B_p50_us']:.2f}x), 64 B call "
                  f"{r['call_64B_p50_us'] / r['raw_write_8B_p50_us']:.2f}x raw 8 B write (inline handler "
                  f"{r['call_64B_inline_p50_us'] / r['raw_write_8B_p50_us']:.2f}x), 4 MiB write "
                  f"{r['write_4MiB_MBps'] / r['raw_write_4MiB_MBps']:.2f} of raw bandwidth")
+    if "ratio_write_8B_p50_us" in r:
+
+        def per(key: str) -> str:
+            v = r[f"ratio_{key}_rounds"]
+            return f"{r[f'ratio_{key}']:.2f} ({min(v):.2f}-{max(v):.2f})"
+        lines.append(f"  median of per-round ratios: 8 B write {per('write_8B_p50_us')}, posted "
+                     f"{per('write_8B_posted_p50_us')}, 64 B call {per('call_64B_p50_us')}, inline "
+                     f"{per('call_64B_inline_p50_us')}, 4 MiB write {per('write_4MiB_MBps')}")
     return lines
 
 

@@ -30,13 +30,15 @@ def backend_name() -> str:
 
 
 def transport_env(transport: str) -> Dict[str, str]:
-    """Environment for both processes: softdoca's transport choice (``SOFTDOCA_TRANSPORT``)."""
+    """Environment for the bench's processes: softdoca's transport choice (``SOFTDOCA_TRANSPORT``); one
+    OpenBLAS thread (numpy's BLAS pool, unused here, otherwise spins for a while in each new process and
+    takes a CPU from the measurement on a small machine), unless the caller set it."""
     if transport not in ("tcp", "shm", "auto"):
         raise BenchError(f"unknown transport {transport!r}: tcp, shm or auto")
     if transport != "tcp" and backend_name() == "soft" and not _soft_has_transports():
         raise BenchError(f"this softdoca build has only the tcp transport; --transport {transport} needs the "
                          "same-host transport (not built yet)")
-    return {**os.environ, "SOFTDOCA_TRANSPORT": transport}
+    return {"OPENBLAS_NUM_THREADS": "1", **os.environ, "SOFTDOCA_TRANSPORT": transport}
 
 
 def _soft_has_transports() -> bool:
