@@ -128,3 +128,46 @@ def test_task_ring_refuses_bad_slots_and_a_closed_context(local: Local) -> None:
     for b in bufs:
         b.close()
     mm.close()
+
+
+def test_a_message_is_delivered_before_the_disconnect_that_follows_it(local: Local, peer: PeerProc) -> None:
+    """Ring completions are drained before the context hands Python a connection event of the same
+    progress() call, so the owner sees the peer's last words before it learns the peer left."""
+    conn, _ = connect(local, peer, "oob")
+    order: list[str] = []
+    local.rdma.on_connection = lambda c, state: order.append(state.value)
+    ch = Channel(local.dev, local.rdma, local.inv, recv_slots=2, send_slots=1,
+                 on_message=lambda c, d: order.append(d.decode()), on_imm=lambda c, imm, k: None)
+    try:
+        ch.post_all()
+        peer.call("send_then_disconnect", text="last words")
+        time.sleep(0.3)                            # both the message and the disconnect are queued locally
+        local.pe.progress()
+        local.pe.progress_all()
+        assert order[:2] == ["last words", "disconnected"], order
+    finally:
+        local.rdma.close()
+        ch.close()
+
+
+def test_pollers_run_before_task_callbacks_and_after_productive_progress(local: Local, peer: PeerProc) -> None:
+    conn, started = connect(local, peer, "oob")
+    calls: list[int] = []
+    seen_by_callback: list[int] = []
+
+    class Owner:
+        def poll(self) -> None:
+            calls.append(1)
+    owner = Owner()
+    local.pe.add_poller(owner.poll)
+    local.pe.progress_all()
+    calls.clear()
+    assert not local.pe.progress() and calls == [], "nothing delivered: no poller call"
+    rm = local.remote(started["mmap"])
+    src = local.local(bytearray(b"8 bytes!"))
+    task = local.rdma.write(conn, local.inv.buffer(src), local.inv.buffer(rm, offset=0, length=8, empty=True))
+    task.add_done_callback(lambda t: seen_by_callback.append(len(calls)))
+    task.wait(10)
+    assert task.error is None and seen_by_callback == [1], "the poller ran first, inside the same progress()"
+    local.pe.remove_poller(owner.poll)             # a new bound method each time: compared by equality
+    assert local.pe._pollers == []

@@ -46,8 +46,8 @@ class Channel:
         self.closing = False
         self._recv_mem = np.zeros(recv_slots * SLOT_SIZE, dtype=np.uint8)
         self._send_mem = np.zeros(send_slots * SLOT_SIZE, dtype=np.uint8)
-        self._recv_view = memoryview(self._recv_mem)
-        self._send_view = memoryview(self._send_mem)
+        self._recv_view = memoryview(self._recv_mem.data)
+        self._send_view = memoryview(self._send_mem.data)
         self._maps = [MemoryMap(dev, self._recv_mem, access=Access.LOCAL_READ_WRITE),
                       MemoryMap(dev, self._send_mem, access=Access.LOCAL_READ_WRITE)]
         self._recv_bufs = [inventory.buffer(self._maps[0], offset=i * SLOT_SIZE, length=SLOT_SIZE, empty=True)

@@ -66,7 +66,7 @@ class TaskRing:
     @property
     def done(self) -> bool:
         """Nothing in flight (what a closing MemoryMap waits for)."""
-        return self._c.posted == 0
+        return bool(self._c.posted == 0)
 
     def post(self, slot: int, conn: Optional["Connection"] = None, length: int = 0) -> None:
         """Submit ``slot``'s task: a receive, or a send of ``length`` bytes on ``conn``. Raises DocaError."""
