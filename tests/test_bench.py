@@ -58,6 +58,10 @@ def test_bw_rate_peer(tmp_path: Path) -> None:
                 "write_4MiB_MBps",
                 "raw_write_8B_p50_us", "raw_write_4MiB_MBps"):
         assert r[key] > 0
+    for key in ("call_64B_p50_us", "call_64B_inline_p50_us", "write_8B_p50_us", "write_8B_posted_p50_us",
+                "write_4MiB_MBps"):                  # each round's ratio to the raw figure of that round
+        assert r[f"ratio_{key}"] > 0 and len(r[f"ratio_{key}_rounds"]) == 1
+    assert "median of per-round ratios" in out.stdout
 
 
 def test_bad_options() -> None:
@@ -81,3 +85,19 @@ def test_bw_connections_and_memory(tmp_path: Path) -> None:
     assert "over 2 connections" in out.stdout and "each operation under load" in out.stdout
     bad = bench("bw", "--op", "write", "--size", "8", "--connections", "0")
     assert bad.returncode != 0 and "connections must be >= 1" in bad.stderr
+
+
+def test_bw_one_buffer(tmp_path: Path) -> None:
+    """--one-buffer: every outstanding write from one source into one destination (iperf3's footprint)."""
+    from pydoca.perftest.session import Session
+    with Session("write", 4096, slots=3, one_buffer=True) as s:
+        assert len({b.address for b in s.local}) == 1 and len({b.address for b in s.remote}) == 1
+        assert s.latency(5)
+    with Session("write", 4096, slots=3) as s:
+        assert len({b.address for b in s.local}) == 3 and len({b.address for b in s.remote}) == 3
+    f = tmp_path / "o.json"
+    out = bench("bw", "--op", "write", "--size", "64KiB", "--one-buffer", "--iterations", "100", "--rounds", "1",
+                "--json", str(f))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(f.read_text())
+    assert r["one_buffer"] is True and r["MBps"] > 0 and "one buffer each side" in out.stdout

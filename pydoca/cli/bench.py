@@ -1,7 +1,7 @@
 """``pydoca bench``: the perftest of pydoca (lat, bw, rate, peer, compare, summary).
 
     pydoca bench lat  --op write --size 8 [--transport tcp|shm] [--progress blocking|polling] --json FILE
-    pydoca bench bw   --op write --size 1MiB [--outstanding N] --json FILE
+    pydoca bench bw   --op write --size 1MiB [--outstanding N] [--one-buffer] --json FILE
     pydoca bench rate --op write --size 8 --outstanding 128 --json FILE
     pydoca bench peer --json FILE
     pydoca bench compare [--plot FILE.png]
@@ -54,6 +54,9 @@ def register(subparsers: Any) -> None:
     bw.add_argument("--batch", action="store_true", help="submit OUTSTANDING tasks at a time as one TaskBatch")
     bw.add_argument("--connections", type=int, default=1,
                     help="spread the outstanding operations over N connections (default 1)")
+    bw.add_argument("--one-buffer", action="store_true",
+                    help="every operation from one source buffer into one destination (iperf3's memory "
+                         "footprint; default: one buffer per outstanding operation)")
     rate = sub.add_parser("rate", help="message rate with N outstanding, CPU per task")
     _common(rate)
     rate.add_argument("--outstanding", type=int, default=128)
@@ -103,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         kw["batch"] = True
     if getattr(args, "connections", 1) != 1:
         kw["connections"] = args.connections
+    if getattr(args, "one_buffer", False):
+        kw["one_buffer"] = True
     with _progress(args.rounds) as bar:
         task = bar.add_task(f"bench {kind}", total=args.rounds)
         result = fn(tick=lambda: bar.advance(task), **kw)

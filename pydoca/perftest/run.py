@@ -54,10 +54,10 @@ def lat(op: str, size: int, *, iterations: int = 2000, rounds: int = 5, progress
 
 def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, rounds: int, progress: str,
               transport: str, tick: Tick, batch: bool = False, memory: str = "shared",
-              connections: int = 1) -> Dict[str, Any]:
+              connections: int = 1, one_buffer: bool = False) -> Dict[str, Any]:
     rates, cpu, p50s, p99s = [], [], [], []
     with Session(op, size, slots=outstanding, progress=progress, transport=transport, memory=memory,
-                 connections=connections) as s:
+                 connections=connections, one_buffer=one_buffer) as s:
         measure = s.batched if batch else s.windowed
         iterations = max(outstanding, iterations // outstanding * outstanding) if batch else iterations
         measure(max(outstanding, iterations // 10))                     # warm-up
@@ -73,7 +73,8 @@ def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, 
     out = _base(kind, op, size, iterations, rounds, transport, s)
     out.update(progress=progress, outstanding=outstanding, batched=batch, ops_per_s=statistics.median(rates),
                MBps=statistics.median(rates) * size / 1e6, python_us_per_task=statistics.median(cpu),
-               ops_per_s_rounds=rates, python_us_per_task_rounds=cpu, connections=connections)
+               ops_per_s_rounds=rates, python_us_per_task_rounds=cpu, connections=connections,
+               one_buffer=one_buffer)
     if p50s:        # submit to completion of each operation under this load (not a lone round trip: see lat)
         out.update(op_p50_us=statistics.median(p50s), op_p99_us=statistics.median(p99s), op_p50_us_rounds=p50s,
                    op_p99_us_rounds=p99s)
@@ -82,15 +83,16 @@ def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, 
 
 def bw(op: str, size: int, *, outstanding: int = 4, iterations: int = 0, rounds: int = 5,
        progress: str = "blocking", transport: str = "tcp", memory: str = "shared", batch: bool = False,
-       connections: int = 1, tick: Tick = None) -> Dict[str, Any]:
+       connections: int = 1, one_buffer: bool = False, tick: Tick = None) -> Dict[str, Any]:
     """Throughput with ``outstanding`` operations in flight (MBps = 10^6 bytes/s), spread round-robin over
-    ``connections`` connections (outstanding is rounded up to a multiple of them)."""
+    ``connections`` connections (outstanding is rounded up to a multiple of them); ``one_buffer``: all of
+    them from one source buffer into one destination (iperf3's memory footprint)."""
     iterations = iterations or max(50, min(5000, (2 << 30) // size))
     if connections < 1:
         raise BenchError(f"connections must be >= 1, got {connections}")
     outstanding = -(-outstanding // connections) * connections
     return _windowed("bw", op, size, outstanding, iterations, rounds, progress, transport, tick, batch, memory,
-                     connections)
+                     connections, one_buffer)
 
 
 def rate(op: str, size: int, *, outstanding: int = 128, iterations: int = 20000, rounds: int = 5,
@@ -202,7 +204,8 @@ def describe(r: Dict[str, Any]) -> List[str]:
             f"{r.get('progress', 'blocking')} progress, {r['rounds']} rounds x "
             f"{r['iterations']} operations" + (f", {r['outstanding']} outstanding" if 'outstanding' in r else "")
             + (f" over {r['connections']} connections" if r.get("connections", 1) > 1 else "")
-            + (" (task batches)" if r.get("batched") else ""))
+            + (" (task batches)" if r.get("batched") else "")
+            + (", one buffer each side" if r.get("one_buffer") else ""))
     if r["bench"] == "peer":
         head = (f"pydoca bench peer: backend {r['backend']}, transport {r['transport']}, {r['rounds']} rounds "
                 f"(medians; spread min-max over rounds)")

@@ -98,7 +98,8 @@ class Session:
     """One connection to a fresh target, ready to submit ``op`` of ``size`` bytes on ``slots`` buffers."""
 
     def __init__(self, op: str, size: int, *, slots: int = 1, progress: str = "blocking",
-                 transport: str = "tcp", memory: str = "shared", connections: int = 1) -> None:
+                 transport: str = "tcp", memory: str = "shared", connections: int = 1,
+                 one_buffer: bool = False) -> None:
         if op not in OPS:
             raise BenchError(f"unknown op {op!r}: one of {', '.join(OPS)}")
         if op in ATOMIC and size != 8:
@@ -111,6 +112,9 @@ class Session:
             raise BenchError(f"connections must be between 1 and outstanding ({slots}), got {connections}")
         self.op, self.size, self.slots, self.transport, self.memory = op, size, slots, transport, memory
         self.connections = connections
+        #: every outstanding operation uses the same buffer on each side (iperf3's footprint: it sends one
+        #: buffer again and again into one); default: one buffer per slot, as an RDMA application has
+        self.one_buffer = one_buffer
         self.latencies: List[float] = []     # windowed(): seconds from submit to completion of each operation
         self.transport_used = transport
         self.stack = ExitStack()
@@ -150,9 +154,10 @@ class Session:
         local = s.enter_context(pydoca.MemoryMap(dev, self.mem, access=LOCAL))
         remote = s.enter_context(pydoca.MemoryMap.from_export(dev, base64.b64decode(got["mmap"])))
         inv = s.enter_context(pydoca.BufferInventory(2 * slots + 8))
-        self.local = [s.enter_context(inv.buffer(local, offset=i * size, length=size,
+        at = (lambda i: 0) if self.one_buffer else (lambda i: i * size)
+        self.local = [s.enter_context(inv.buffer(local, offset=at(i), length=size,
                                                  empty=self.op in ("read",) + ATOMIC)) for i in range(slots)]
-        self.remote = [s.enter_context(inv.buffer(remote, offset=i * size, length=size,
+        self.remote = [s.enter_context(inv.buffer(remote, offset=at(i), length=size,
                                                   empty=self.op in ("write", "write_imm"))) for i in range(slots)]
         self.submit = self._submitter()
 
