@@ -171,3 +171,34 @@ def test_pollers_run_before_task_callbacks_and_after_productive_progress(local: 
     assert task.error is None and seen_by_callback == [1], "the poller ran first, inside the same progress()"
     local.pe.remove_poller(owner.poll)             # a new bound method each time: compared by equality
     assert local.pe._pollers == []
+
+
+def test_task_ring_never_holds_more_completions_than_slots(local: Local, peer: PeerProc) -> None:
+    """A slot posted again before its completion was taken would let a ring of n slots owe n+1 entries:
+    refused until the owner takes one."""
+    conn, _ = connect(local, peer, "oob")
+    mem = bytearray(64)
+    mm = MemoryMap(local.dev, mem, access=Access.LOCAL_READ_WRITE)
+    bufs = [local.inv.buffer(mm, offset=i * 32, length=32, empty=True) for i in range(2)]
+    ring = TaskRing(local.rdma, bufs, "receive")
+    try:
+        ring.post(0)
+        ring.post(1)
+        peer.call("send_many", texts=["first", "second"])
+        end = time.monotonic() + 10
+        while ring.posted and time.monotonic() < end:
+            local.pe.wait(0.05)
+        assert ring.posted == 0 and ring.pending()
+        with pytest.raises(DocaError, match="ring slot 0"):
+            ring.post(0)                           # two completions wait: no room for a third
+        first = ring.take()
+        assert first is not None and first[:3] == (0, 0, 5) and bytes(mem[:5]) == b"first"
+        ring.post(0)                               # one taken: one may go out again
+        second = ring.take()
+        assert second is not None and second[:3] == (1, 0, 6) and bytes(mem[32:38]) == b"second"
+        assert ring.take() is None
+    finally:
+        local.rdma.close()
+        for b in bufs:
+            b.close()
+        mm.close()

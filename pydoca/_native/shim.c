@@ -344,7 +344,8 @@ doca_error_t pydoca_ring_post(struct doca_rdma *rdma, struct pydoca_ring *ring, 
 	union doca_data ud;
 	doca_error_t rc;
 
-	if (slot >= ring->n || ring->slots[slot].posted)
+	/* every posted task writes one entry: completions not taken yet plus tasks in flight never exceed n */
+	if (slot >= ring->n || ring->slots[slot].posted || ring->head - ring->tail + ring->posted >= ring->n)
 		return DOCA_ERROR_BAD_STATE;
 	s = &ring->slots[slot];
 	ud.u64 = (uint64_t)(uintptr_t)s | PYDOCA_RING_TAG;

@@ -69,7 +69,8 @@ class TaskRing:
         return bool(self._c.posted == 0)
 
     def post(self, slot: int, conn: Optional["Connection"] = None, length: int = 0) -> None:
-        """Submit ``slot``'s task: a receive, or a send of ``length`` bytes on ``conn``. Raises DocaError."""
+        """Submit ``slot``'s task: a receive, or a send of ``length`` bytes on ``conn``. Raises DocaError
+        (BAD_STATE for a slot in flight, or while n completions wait to be taken: they would not fit)."""
         self.ctx._check_open()                 # a destroyed context's handle is never passed to C
         if self._c.posted == 0:
             for m in self._maps:              # a closing MemoryMap waits for (or flushes) what is in flight
