@@ -81,7 +81,7 @@ static int pydoca_ring_done(struct doca_task *task, uint64_t ud, int success)
 	e->conn_ud = 0;
 	if (success && r->kind == PYDOCA_RING_RECEIVE) {
 		struct doca_rdma_task_receive *t = slot->recv;
-		struct doca_rdma_connection *c = t ? doca_rdma_task_receive_get_result_rdma_connection(t) : NULL;
+		const struct doca_rdma_connection *c = t ? doca_rdma_task_receive_get_result_rdma_connection(t) : NULL;
 		union doca_data d;
 
 		if (t) {
