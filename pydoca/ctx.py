@@ -218,9 +218,6 @@ class Task(Generic[T]):
         return None
 
     def _on_done(self, c_task: Any, success: bool) -> None:
-        pe = self.ctx.pe
-        if pe._pollers:                          # task-ring completions recorded before this one go first
-            pe.run_pollers()
         try:
             if success:
                 self.value = self._collect(c_task)
@@ -235,6 +232,9 @@ class Task(Generic[T]):
             self._keep = ()
             self._release_maps()
             self.completed_at = time.monotonic()
+        pe = self.ctx.pe
+        if pe._pollers:       # task-ring completions recorded before this one reach Python before its callbacks
+            pe.run_pollers()
         for cb in self._done_callbacks:
             cb(self)
 

@@ -96,7 +96,10 @@ class ProgressEngine(Resource):
         """Run the pollers now. Contexts call this before handing any other event to Python, so that
         completions recorded in C earlier in the same ``progress()`` are delivered first, in order."""
         for fn in self._pollers:
-            fn()
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - re-raised by progress(); the event it precedes goes on
+                callbacks.pending_errors.append(exc)
 
     def add_poller(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` after every :meth:`progress` that delivered something, and before any callback
@@ -180,12 +183,11 @@ class ProgressEngine(Resource):
         polling = self.mode is ProgressMode.POLLING
         progress, sleep = self.progress, self.sleep
         while not predicate():
-            if progress():
-                continue
+            made = progress()
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0:                  # checked on every turn: steady traffic must not defeat it
                 raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-            if not polling:
+            if not made and not polling:
                 sleep(min(remaining, 0.5), spin=True)   # then progress (the loop) delivers what woke it
 
     def __repr__(self) -> str:

@@ -12,6 +12,7 @@ import pytest
 from pydoca import Access, MemoryMap
 from pydoca.errors import DocaError
 from pydoca.peer.channel import Channel
+from pydoca.rdma import ring as ring_mod
 from pydoca.rdma.ring import TaskRing
 from rdma_util import Local, PeerProc
 from test_rdma import connect, local, peer  # noqa: F401 - the fixtures too
@@ -77,6 +78,11 @@ def test_close_right_after_sends(local: Local, peer: PeerProc) -> None:
     ch.close()
     got = peer.call("recv_results", timeout=10)["results"]
     assert [base64.b64decode(r["data"])[:r["len"]] for r in got] == [b"answer %d" % i for i in range(4)]
+    assert ch._send._id not in ring_mod._in_flight and ch._recv._id not in ring_mod._in_flight, \
+        "a closed channel's rings are let go"
+    outcome: list[bool] = []
+    ch.send(conn, b"after close", outcome.append)  # refused (released buffers never reach C), reported
+    assert outcome == [False]
 
 
 @pytest.mark.parametrize("imm", [-1, 0xA1B2C3D4])
@@ -202,3 +208,70 @@ def test_task_ring_never_holds_more_completions_than_slots(local: Local, peer: P
         for b in bufs:
             b.close()
         mm.close()
+
+
+def test_task_ring_counts_past_two_to_the_32(local: Local, peer: PeerProc) -> None:
+    """Completion counters are 64-bit: a long-lived ring (3 slots: not a power of two) goes on past 2**32."""
+    conn, _ = connect(local, peer, "oob")
+    mem = bytearray(96)
+    mm = MemoryMap(local.dev, mem, access=Access.LOCAL_READ_WRITE)
+    bufs = [local.inv.buffer(mm, offset=i * 32, length=32, empty=True) for i in range(3)]
+    ring = TaskRing(local.rdma, bufs, "receive")
+    ring._c.head = ring._c.tail = 2**32 - 2
+    try:
+        got = []
+        for i in range(3):                         # the counters cross 2**32 on the way
+            ring.post(i % 3)
+            peer.call("send_many", texts=[f"msg {i}"])
+            end = time.monotonic() + 10
+            while ring.posted and time.monotonic() < end:
+                local.pe.wait(0.05)
+            e = ring.take()
+            assert e is not None and e[1] == 0
+            got.append(bytes(mem[e[0] * 32:e[0] * 32 + e[2]]))
+        assert got == [b"msg 0", b"msg 1", b"msg 2"] and ring._c.tail == 2**32 + 1
+    finally:
+        local.rdma.close()
+        for b in bufs:
+            b.close()
+        mm.close()
+
+
+def test_a_ring_in_flight_outlives_its_owner(local: Local) -> None:
+    """The C side writes into a ring's arrays until its tasks complete: dropping every reference to a ring
+    with a receive posted must not free them (the flush writes its entry later)."""
+    import gc
+    import weakref
+    mem = bytearray(64)
+    mm = MemoryMap(local.dev, mem, access=Access.LOCAL_READ_WRITE)
+    ring = TaskRing(local.rdma, [local.inv.buffer(mm, offset=0, length=64, empty=True)], "receive")
+    ring.post(0)
+    alive = weakref.ref(ring)
+    del ring
+    gc.collect()
+    assert alive() is not None
+    local.rdma.close()                             # flushes the receive into the ring's entries
+    ring = alive()
+    assert ring is not None and ring.posted == 0
+    entry = ring.take()
+    assert entry is not None and entry[1] != 0 and ring.take() is None
+    assert ring._id not in ring_mod._in_flight
+    mm.close()
+
+
+def test_a_raising_poller_loses_no_completion(local: Local, peer: PeerProc) -> None:
+    conn, started = connect(local, peer, "oob")
+    boom = RuntimeError("poller failed")
+
+    def bad() -> None:
+        raise boom
+    local.pe.add_poller(bad)
+    rm = local.remote(started["mmap"])
+    src = local.local(bytearray(b"8 bytes!"))
+    task = local.rdma.write(conn, local.inv.buffer(src), local.inv.buffer(rm, offset=0, length=8, empty=True))
+    try:
+        with pytest.raises(RuntimeError, match="poller failed"):
+            task.wait(10)                          # progress() re-raises what the poller raised ...
+        assert task.done and task.error is None    # ... and the completion it ran in front of is delivered
+    finally:
+        local.pe.remove_poller(bad)

@@ -76,7 +76,12 @@ static int pydoca_ring_done(struct doca_task *task, uint64_t ud, int success)
 	struct pydoca_ring_entry *e = &r->entries[r->head % r->n];
 
 	e->slot = slot->index;
-	e->status = success ? 0 : (int32_t)doca_task_get_status(task);
+	e->status = 0;
+	if (!success) {
+		doca_error_t st = doca_task_get_status(task);
+
+		e->status = st != DOCA_SUCCESS ? (int32_t)st : (int32_t)DOCA_ERROR_UNKNOWN; /* failed is never 0 */
+	}
 	e->length = e->opcode = e->imm = 0;
 	e->conn_ud = 0;
 	if (success && r->kind == PYDOCA_RING_RECEIVE) {

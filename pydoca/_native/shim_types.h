@@ -37,11 +37,12 @@ struct pydoca_ring_slot {
 };
 struct pydoca_ring {
 	uint32_t n;
-	uint32_t head;           /* completions recorded (entries[head % n] is the next one written) */
-	uint32_t tail;           /* completions taken by the owner */
 	uint32_t posted;         /* tasks in flight */
+	uint64_t head;           /* completions recorded (entries[head % n] is the next one written); never wraps */
+	uint64_t tail;           /* completions taken by the owner */
+	uint64_t failed;         /* tasks that completed with an error, in all */
 	int32_t kind;            /* 0: receive, 1: send */
-	uint32_t failed;         /* tasks that completed with an error, in all */
+	uint32_t pad;
 	struct pydoca_ring_entry *entries;
 	struct pydoca_ring_slot *slots;
 };

@@ -109,7 +109,7 @@ class Channel:
         if len(frame) > SLOT_SIZE:
             raise ValueError(f"frame of {len(frame)} bytes exceeds {SLOT_SIZE}")
         if not self._free and self._send.pending():
-            self.drain()
+            self.reap()                       # finished sends only: no message is delivered from here
         if not self._free:
             self._outbox.append((conn, frame, on_done))
             return
@@ -167,10 +167,10 @@ class Channel:
         self._outbox.clear()
         self._pe.remove_poller(self.drain)
         self.reap()                       # finished sends' callbacks run (their slots' memory is let go)
-        for buf in self._recv_bufs + self._send_bufs:
-            buf.close()
-        for m in self._maps:
+        for m in self._maps:              # each waits for (or flushes) its slots' tasks, then closes the buffers
             m.close()
+        for ring in (self._recv, self._send):
+            ring._finish_if_done()        # nothing in flight any more: the rings may go
 
 
 __all__ = ["Buffer", "Channel"]

@@ -247,7 +247,7 @@ class Responder:
         except Exception as exc:  # noqa: BLE001 - one bad event must not stop the server
             self._failed("progress", exc)
         n = 0
-        if self.pool.finished:
+        if self.pool.finished or self.pool.notify is None:     # without notify: drain the wake-up pipe too
             for job in self.pool.take():
                 n += 1
                 self._guard("handler result", self._on_job, job)
@@ -262,16 +262,16 @@ class Responder:
             self._guard("maintenance", self._maintain)
         if self._credits_due:
             self._credits_due = False
-            self._guard("credits", self._send_credits)
+            self._send_credits()
         self.channel.reap()
         return n
 
     def _send_credits(self) -> None:
         """Credits of posted writes whose handlers ran, once per pass (one frame per requester)."""
-        for peer in self._peers.values():
+        for peer in list(self._peers.values()):
             if peer.credit_due:
-                self._send(peer, P.Credit(peer.credit_due), 0)
-                peer.credit_due = 0
+                due, peer.credit_due = peer.credit_due, 0
+                self._guard("credits", self._send, peer, P.Credit(due), 0)   # one failing peer strands no other
 
     def _guard(self, what: str, fn: Callable[..., None], *args: Any) -> None:
         try:

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from . import Connection, Rdma
 
 RECEIVE, SEND = 0, 1
+#: rings with tasks in flight: the C side writes into their arrays until those tasks complete, so a ring
+#: must outlive them even when its owner drops it (as callbacks.tasks keeps a Task)
+_in_flight: Dict[int, "TaskRing"] = {}
 #: One completion: (slot, status (0 or a doca_error_t), length, opcode, immediate (big endian), connection user data)
 Entry = Tuple[int, int, int, int, int, int]
 
@@ -72,7 +75,10 @@ class TaskRing:
         """Submit ``slot``'s task: a receive, or a send of ``length`` bytes on ``conn``. Raises DocaError
         (BAD_STATE for a slot in flight, or while n completions wait to be taken: they would not fit)."""
         self.ctx._check_open()                 # a destroyed context's handle is never passed to C
+        if 0 <= slot < self.n:
+            self._bufs[slot]._check_open()     # nor a released buffer (its map may have closed it)
         if self._c.posted == 0:
+            _in_flight[self._id] = self
             for m in self._maps:              # a closing MemoryMap waits for (or flushes) what is in flight
                 m._tasks[self._id] = self
         rc = lib.pydoca_ring_post(self._rdma_handle, self._c, slot, ffi.NULL if conn is None else conn.handle,
@@ -97,6 +103,7 @@ class TaskRing:
 
     def _finish_if_done(self) -> None:
         if self._c.posted == 0:
+            _in_flight.pop(self._id, None)
             for m in self._maps:
                 m._tasks.pop(self._id, None)
 
