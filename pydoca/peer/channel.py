@@ -22,7 +22,7 @@ from ..buffer import Buffer, BufferInventory
 from ..device import Device
 from ..memory import Access, MemoryMap
 from ..rdma import Connection, Opcode, Rdma
-from ..rdma.ring import TaskRing
+from ..rdma.ring import Entry, TaskRing
 from ..rdma.tasks import from_be32
 from .protocol import SLOT_SIZE
 
@@ -76,8 +76,8 @@ class Channel:
         while recv.pending():
             self._received(recv.take())  # type: ignore[arg-type]
 
-    def _received(self, entry: Tuple[int, int, int, int, int, int]) -> None:
-        i, status, length, opcode, imm, conn_ud = entry
+    def _received(self, entry: Entry) -> None:
+        i, status, length, opcode, imm, conn = entry
         if self.closing or self.rdma.closed:
             return
         if status:
@@ -87,7 +87,6 @@ class Channel:
             self._failures = 0
             try:
                 # the message first (its answer goes out sooner), then the slot, whose bytes are copied out
-                conn = self.rdma._conns.get(conn_ud)
                 if conn is None:
                     log.debug("message from an unknown connection dropped", opcode=opcode)
                 elif opcode == _WRITE_IMM:
@@ -137,7 +136,7 @@ class Channel:
             n += 1
         return n
 
-    def _sent(self, entry: Tuple[int, int, int, int, int, int]) -> None:
+    def _sent(self, entry: Entry) -> None:
         i, status = entry[0], entry[1]
         on_done = self._on_done[i]
         self._on_done[i] = None

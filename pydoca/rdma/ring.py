@@ -24,8 +24,9 @@ RECEIVE, SEND = 0, 1
 #: rings with tasks in flight: the C side writes into their arrays until those tasks complete, so a ring
 #: must outlive them even when its owner drops it (as callbacks.tasks keeps a Task)
 _in_flight: Dict[int, "TaskRing"] = {}
-#: One completion: (slot, status (0 or a doca_error_t), length, opcode, immediate (big endian), connection user data)
-Entry = Tuple[int, int, int, int, int, int]
+#: One completion: (slot, status (0 or a doca_error_t), length, opcode, immediate (big endian), the sending
+#: Connection of a receive (None: a send, a failure, or a connection this context no longer knows))
+Entry = Tuple[int, int, int, int, int, Optional["Connection"]]
 
 
 class TaskRing:
@@ -95,7 +96,8 @@ class TaskRing:
             return None
         e = self._entries[c.tail % self.n]
         c.tail += 1
-        return (e.slot, e.status, e.length, e.opcode, e.imm, e.conn_ud)
+        ud = e.conn_ud
+        return (e.slot, e.status, e.length, e.opcode, e.imm, self.ctx._conns.get(ud) if ud else None)
 
     def pending(self) -> bool:
         """Completions wait to be taken."""
