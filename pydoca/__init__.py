@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .memory import Access as Access, MemoryMap as MemoryMap, shared_memory as shared_memory
     from .pe import ProgressEngine as ProgressEngine, ProgressMode as ProgressMode
     from .rdma import Connection as Connection, ConnectionState as ConnectionState, Opcode as Opcode, Rdma as Rdma, Received as Received
-    from .rdma import BatchError as BatchError, TaskBatch as TaskBatch
+    from .rdma import BatchError as BatchError, TaskBatch as TaskBatch, TaskRing as TaskRing
     from .sync_event import RemoteSyncEvent as RemoteSyncEvent, SyncEvent as SyncEvent
 
 __version__ = "0.1.0"
@@ -34,7 +34,7 @@ _WHERE = {
     "Access": ".memory", "MemoryMap": ".memory", "shared_memory": ".memory",
     "ProgressEngine": ".pe", "ProgressMode": ".pe",
     "Connection": ".rdma", "ConnectionState": ".rdma", "Opcode": ".rdma", "Rdma": ".rdma", "Received": ".rdma",
-    "BatchError": ".rdma", "TaskBatch": ".rdma",
+    "BatchError": ".rdma", "TaskBatch": ".rdma", "TaskRing": ".rdma",
     "SyncEvent": ".sync_event", "RemoteSyncEvent": ".sync_event",
 }
 

@@ -31,6 +31,7 @@ from ..pe import ProgressEngine
 from .connection import Connection, ConnectionState
 from .gid import Gid, choose_gid_index, gid_table
 from .batch import KINDS, BatchError, BatchMixin, TaskBatch
+from .ring import TaskRing
 from .sync_event import SyncEventTasksMixin, configure_sync_event_tasks as _configure_sync_event_tasks
 from .tasks import AtomicTask, Opcode, ReadTask, Received, ReceiveTask, SendTask, WriteTask, to_be32
 
@@ -464,6 +465,6 @@ class Rdma(SyncEventTasksMixin, BatchMixin, Context):
         return f"<Rdma dev={self.dev.info.ibdev_name} conns={len(self._conns)} {'closed' if self.closed else 'open'}>"
 
 
-__all__ = ["Rdma", "BatchError", "TaskBatch", "Connection", "ConnectionState", "Opcode", "Received", "Gid",
+__all__ = ["Rdma", "BatchError", "TaskBatch", "TaskRing", "Connection", "ConnectionState", "Opcode", "Received", "Gid",
            "gid_table",
            "choose_gid_index", "DocaError", "CtxState"]
