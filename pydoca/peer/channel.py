@@ -71,10 +71,13 @@ class Channel:
     def drain(self) -> None:
         """Take every finished send and received message (the progress engine's poller)."""
         send, recv = self._send, self._recv
-        while send.pending():
+        sc, rc = send._c, recv._c                  # the C counters, read directly: this runs per progress()
+        while sc.tail != sc.head:
             self._sent(send.take())  # type: ignore[arg-type]
-        while recv.pending():
+        while rc.tail != rc.head:
             self._received(recv.take())  # type: ignore[arg-type]
+        if sc.posted == 0:
+            send._finish_if_done()                 # nothing in flight: its memory is no longer pinned
 
     def _received(self, entry: Entry) -> None:
         i, status, length, opcode, imm, conn = entry
