@@ -5,15 +5,19 @@ its notification fd progresses it when events arrive, and a periodic safety
 timer (``SAFETY_INTERVAL``) progresses it too, so a missed wake-up can only
 delay, never stall, an awaiting coroutine. It knows only the engine, so the
 binding's awaitables (tasks, batches) use it without importing pydoca.aio.
+An engine closed under waiting coroutines ends their waits at once: each
+predicate is checked a last time (a close may have settled it), the rest
+fail with ClosedError, and the reader is removed by the fd it was added with.
 """
 from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from pydoca._log import get_logger
 
+from .errors import ClosedError
 from .pe import ProgressEngine
 
 log = get_logger()
@@ -26,17 +30,19 @@ class _Driver:
     def __init__(self, pe: ProgressEngine, loop: asyncio.AbstractEventLoop) -> None:
         self.pe = pe
         self.loop = loop
-        self.waiters: Dict[int, Callable[[], bool]] = {}
+        # key -> (check: settles the waiter's future if its predicate holds, fail: ends it with an error)
+        self.waiters: Dict[int, Tuple[Callable[[], bool], Callable[[BaseException], None]]] = {}
         self._next = 0
         self._timer: Optional[asyncio.TimerHandle] = None
-        self._reading = False
+        self._fd: Optional[int] = None        # the fd add_reader was given (a closed engine has none to ask)
 
-    def add(self, check: Callable[[], bool]) -> int:
+    def add(self, check: Callable[[], bool], fail: Callable[[BaseException], None]) -> int:
         self._next += 1
-        self.waiters[self._next] = check
-        if not self._reading:
-            self.loop.add_reader(self.pe.fileno(), self._on_readable)
-            self._reading = True
+        self.waiters[self._next] = (check, fail)
+        if self._fd is None:
+            fd = self.pe.fileno()
+            self.loop.add_reader(fd, self._on_readable)
+            self._fd = fd
         self._arm()
         return self._next
 
@@ -46,12 +52,12 @@ class _Driver:
             self._stop()
 
     def _stop(self) -> None:
-        if self._reading:
+        if self._fd is not None:
             try:
-                self.loop.remove_reader(self.pe.fileno())
-            except Exception:  # noqa: BLE001 - engine may be closed already
+                self.loop.remove_reader(self._fd)
+            except Exception:  # noqa: BLE001 - the loop may be closing
                 pass
-            self._reading = False
+            self._fd = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -66,6 +72,9 @@ class _Driver:
     def _run(self) -> None:
         if self.pe.closed:
             self._stop()
+            for check, fail in list(self.waiters.values()):
+                if not check():
+                    fail(ClosedError("the progress engine was closed while a coroutine waited on it"))
             return
         try:
             self.pe.progress_all(limit=1000)
@@ -73,7 +82,7 @@ class _Driver:
             log.error("progress raised in the asyncio driver", error=repr(exc))
             raise
         finally:
-            for check in list(self.waiters.values()):
+            for check, _ in list(self.waiters.values()):
                 check()
             if self.waiters:
                 self._arm()
@@ -112,8 +121,12 @@ async def wait_for(pe: ProgressEngine, predicate: Callable[[], bool], *, timeout
             fut.set_result(None)
         return fut.done()
 
+    def fail(exc: BaseException) -> None:
+        if not fut.done():
+            fut.set_exception(exc)
+
     drv = _driver(pe)
-    key = drv.add(check)
+    key = drv.add(check, fail)
     try:
         loop.call_soon(drv._run)
         await asyncio.wait_for(fut, timeout)

@@ -311,3 +311,19 @@ def test_inline_handlers_run_on_the_serving_thread() -> None:
         server.join(5)
         resp.close()
     assert seen[0] == "serving" and seen[1].startswith("pydoca-handler")
+
+
+def test_close_with_async_operations_pending(server: Server) -> None:
+    """close() answers every pending operation with Disconnected: awaiting coroutines get it at once
+    (they used to sleep out their whole timeout and raise PeerTimeout)."""
+    async def main() -> None:
+        req = Requester.connect(server.address, name="aclose", timeout=5)
+        tasks = [asyncio.ensure_future(req.acall("/echo", os.urandom(100_000))) for _ in range(6)]
+        await asyncio.sleep(0)
+        t0 = time.monotonic()
+        req.close()
+        got = await asyncio.gather(*tasks, return_exceptions=True)
+        assert time.monotonic() - t0 < 2.0, got
+        assert all(isinstance(g, Disconnected) or isinstance(g, bytes) for g in got), got
+        assert any(isinstance(g, Disconnected) for g in got), got
+    asyncio.run(main())

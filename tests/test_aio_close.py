@@ -1,0 +1,37 @@
+"""An engine closed under waiting coroutines ends their waits at once (no timeout, no stale loop reader),
+and a requester closed with async operations pending fails them with Disconnected, promptly."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import pydoca
+from pydoca._loop import wait_for
+from pydoca.errors import ClosedError
+
+
+def test_closed_engine_settles_or_fails_its_waiters_and_leaves_no_reader() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        pe = pydoca.ProgressEngine()
+        fd = pe.fileno()
+        done = [False]
+        settled = asyncio.ensure_future(wait_for(pe, lambda: done[0], timeout=10))
+        stuck = asyncio.ensure_future(wait_for(pe, lambda: False, timeout=10))
+        await asyncio.sleep(0.01)
+        t0 = time.monotonic()
+        done[0] = True                      # settled by the closing side, as Requester.close() does
+        pe.close()
+        await settled                       # its predicate holds: it returns
+        with pytest.raises(ClosedError, match="closed while a coroutine waited"):
+            await stuck
+        assert time.monotonic() - t0 < 1.0, "a closed engine must not leave waiters to their timeout"
+        assert not loop.remove_reader(fd), "the reader was removed with the fd it was added with"
+        with pydoca.ProgressEngine() as pe2:            # often the same fd number: it must work again
+            pe2.kick()
+            flag = [False]
+            loop.call_later(0.05, lambda: flag.__setitem__(0, True))
+            await wait_for(pe2, lambda: flag[0], timeout=5)
+    asyncio.run(main())
