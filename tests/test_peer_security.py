@@ -151,7 +151,7 @@ def test_allow_list() -> None:
     srv, address = _auth_server({"allow": ["10.77.0.0/16"]})
     try:
         t0 = time.monotonic()
-        with pytest.raises(Unavailable):
+        with pytest.raises(Unavailable, match="refused the connection"):
             Requester.connect(address, timeout=5)
         assert time.monotonic() - t0 < 3
     finally:
@@ -192,5 +192,31 @@ def test_discover_published_service(tmp_path: Path) -> None:
         srv.kill()                                                         # its pid lease ends
         with pytest.raises(Unavailable, match="no responder publishes"):
             Requester.discover("testsvc", EmbeddedStore(str(tmp_path / "meta")))
+    finally:
+        srv.kill()
+
+
+def test_connection_limit_refusal_says_so(tmp_path: Path) -> None:
+    """Beyond --max-connections a requester is refused at once, told why; a freed place is taken again."""
+    srv = Server(write_spec(tmp_path), "--max-connections", "2")
+    try:
+        first, second = Requester.connect(srv.address, name="one"), Requester.connect(srv.address, name="two")
+        t0 = time.monotonic()
+        with pytest.raises(Unavailable, match="refused the connection .*connection limit"):
+            Requester.connect(srv.address, name="three", timeout=5)
+        assert time.monotonic() - t0 < 3
+        assert first.call("/echo", b"still served") == b"still served"
+        first.close()
+        end = time.monotonic() + 5
+        while True:                                # the responder sees the place freed shortly after
+            try:
+                with Requester.connect(srv.address, name="four", timeout=5) as again:
+                    assert again.call("/echo", b"in") == b"in"
+                break
+            except Unavailable:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.05)
+        second.close()
     finally:
         srv.kill()

@@ -187,6 +187,9 @@ class Requester:
             self.conn = self.rdma.connect_to(ip, port)
             self.conn.wait_established(timeout)
         except (DocaError, TimeoutError) as exc:
+            if self.conn is not None and self.conn.failure_reason == "rejected":
+                raise Unavailable(f"the responder at {host}:{port} refused the connection (its connection limit "
+                                  f"or address allow-list; its log says which): {exc}") from None
             raise Unavailable(f"no responder answers at {host}:{port}: {exc}") from None
         self.channel.send(self.conn, P.encode(P.Ident(self.name, self.key_id, self._nonce), 0))
         try:
