@@ -10,7 +10,7 @@ import time
 import pytest
 
 from pydoca import Access, MemoryMap
-from pydoca.errors import DocaError
+from pydoca.errors import DocaError, InvalidValueError
 from pydoca.peer.channel import Channel
 from pydoca.rdma import ring as ring_mod
 from pydoca.rdma.ring import TaskRing
@@ -119,6 +119,11 @@ def test_task_ring_refuses_bad_slots_and_a_closed_context(local: Local) -> None:
     ring = TaskRing(local.rdma, bufs, "receive")
     with pytest.raises(ValueError, match="receives or sends"):
         TaskRing(local.rdma, bufs, "write")
+    sends = TaskRing(local.rdma, bufs, "send")
+    for bad in (-1, 33):                           # negative, or past the 32-byte buffer: refused before C
+        with pytest.raises(InvalidValueError, match="buffer holds 32"):
+            sends.post(1, None, bad)
+    assert sends.posted == 0
     ring.post(0)
     with pytest.raises(DocaError, match="ring slot 0"):
         ring.post(0)                               # already posted

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 from .._native import callbacks, ffi, lib
-from ..errors import check
+from ..errors import InvalidValueError, check
 
 if TYPE_CHECKING:
     from ..buffer import Buffer
@@ -49,6 +49,7 @@ class TaskRing:
             self._slots[i].buf = buf.handle
             self._slots[i].index = i
         self._bufs = list(bufs)
+        self._room = [buf.length for buf in bufs]   # a send never claims more than its buffer holds
         maps: Dict[int, Any] = {}
         for buf in bufs:
             m = getattr(buf, "mmap", None)
@@ -78,6 +79,10 @@ class TaskRing:
         self.ctx._check_open()                 # a destroyed context's handle is never passed to C
         if 0 <= slot < self.n:
             self._bufs[slot]._check_open()     # nor a released buffer (its map may have closed it)
+            if self.kind == "send" and not 0 <= length <= self._room[slot]:
+                # real DOCA leaves a data section past the buffer undefined: refuse it here
+                raise InvalidValueError(f"a send of {length} bytes from ring slot {slot}: its buffer holds "
+                                        f"{self._room[slot]} (send 0..{self._room[slot]} bytes)")
         if self._c.posted == 0:
             _in_flight[self._id] = self
             for m in self._maps:              # a closing MemoryMap waits for (or flushes) what is in flight
