@@ -101,3 +101,24 @@ def test_bw_one_buffer(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(f.read_text())
     assert r["one_buffer"] is True and r["MBps"] > 0 and "one buffer each side" in out.stdout
+
+
+def test_compare_quick(tmp_path: Path) -> None:
+    """`bench compare` runs the matrix and the peers found on PATH, and reports every ratio row."""
+    import shutil
+    from pydoca.perftest.compare import RATIOS
+    f = tmp_path / "cmp.json"
+    out = bench("compare", "--quick", "--rounds", "1", "--json", str(f))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(f.read_text())
+    med = r["medians"]
+    for key in ("pydoca_lat_write_8B_polling_us", "pydoca_rate_write_8B_ops", "pydoca_bw_write_1MiB_MBps",
+                "pydoca_bw_write_1MiB_one_buffer_MBps", "pydoca_rate_write_8B_batch_ops",
+                "numpy_memcpy_1MiB_MBps", "python_tcp_pingpong_8B_us"):
+        assert med[key] > 0, key
+    if shutil.which("iperf3"):
+        assert med["iperf3_1M_MBps"] > 0
+    measures = {row["measure"] for row in r["ratios"]}
+    for name, a, b, _, _ in RATIOS:
+        if med.get(a) and med.get(b):
+            assert name in measures and name in out.stdout, name
