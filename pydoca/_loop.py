@@ -37,14 +37,28 @@ class _Driver:
         self._fd: Optional[int] = None        # the fd add_reader was given (a closed engine has none to ask)
 
     def add(self, check: Callable[[], bool], fail: Callable[[BaseException], None]) -> int:
-        self._next += 1
-        self.waiters[self._next] = (check, fail)
         if self._fd is None:
-            fd = self.pe.fileno()
+            fd = self.pe.fileno()             # raises ClosedError on a closed engine: nothing is registered
             self.loop.add_reader(fd, self._on_readable)
             self._fd = fd
+            self.pe._closing_hooks.append(self._engine_closing)
+        self._next += 1
+        self.waiters[self._next] = (check, fail)
         self._arm()
         return self._next
+
+    def _engine_closing(self) -> None:
+        """The engine is closing (its fd still open): drop the reader now, so that a new engine given the
+        same fd number is registered afresh; the waiters are settled or failed by the next run."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            self._stop()
+            self.loop.call_soon(self._run)
+        else:                                 # closed from another thread: only the loop's thread may act
+            self.loop.call_soon_threadsafe(self._run)
 
     def remove(self, key: int) -> None:
         self.waiters.pop(key, None)
@@ -52,6 +66,8 @@ class _Driver:
             self._stop()
 
     def _stop(self) -> None:
+        if self._engine_closing in self.pe._closing_hooks:
+            self.pe._closing_hooks.remove(self._engine_closing)
         if self._fd is not None:
             try:
                 self.loop.remove_reader(self._fd)
@@ -78,7 +94,7 @@ class _Driver:
             return
         try:
             self.pe.progress_all(limit=1000)
-        except BaseException as exc:  # noqa: BLE001 - surfaced to every waiter
+        except BaseException as exc:  # noqa: BLE001 - logged, then raised to the loop's exception handler
             log.error("progress raised in the asyncio driver", error=repr(exc))
             raise
         finally:
@@ -117,8 +133,12 @@ async def wait_for(pe: ProgressEngine, predicate: Callable[[], bool], *, timeout
     fut: "asyncio.Future[None]" = loop.create_future()
 
     def check() -> bool:
-        if not fut.done() and predicate():
-            fut.set_result(None)
+        if not fut.done():
+            try:
+                if predicate():
+                    fut.set_result(None)
+            except BaseException as exc:  # noqa: BLE001 - this waiter fails, the others are still checked
+                fut.set_exception(exc)
         return fut.done()
 
     def fail(exc: BaseException) -> None:

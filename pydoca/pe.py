@@ -59,6 +59,8 @@ class ProgressEngine(Resource):
             raise
         self._fd = int(handle[0])
         self._pollers: List[Callable[[], None]] = []
+        #: run by close() while the notification fd is still open (the asyncio driver removes its reader)
+        self._closing_hooks: List[Callable[[], None]] = []
         self._addr = int(ffi.cast("uintptr_t", self._pe))
         self._soft_wait = soft_fn("softdoca_pe_wait", ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
         self._soft_kick = soft_fn("softdoca_pe_kick", None, ctypes.c_void_p)
@@ -100,6 +102,15 @@ class ProgressEngine(Resource):
                 fn()
             except BaseException as exc:  # noqa: BLE001 - re-raised by progress(); the event it precedes goes on
                 callbacks.pending_errors.append(exc)
+
+    def _shutdown(self) -> None:
+        hooks, self._closing_hooks = self._closing_hooks, []
+        for fn in hooks:
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - closing goes on
+                from pydoca._log import get_logger
+                get_logger().debug("a progress engine closing hook raised", error=repr(exc))
 
     def add_poller(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` after every :meth:`progress` that delivered something, and before any callback
@@ -186,6 +197,8 @@ class ProgressEngine(Resource):
             made = progress()
             remaining = deadline - time.monotonic()
             if remaining <= 0:                  # checked on every turn: steady traffic must not defeat it
+                if predicate():                 # this very progress() may have settled it
+                    return
                 raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
             if not made and not polling:
                 sleep(min(remaining, 0.5), spin=True)   # then progress (the loop) delivers what woke it

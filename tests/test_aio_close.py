@@ -35,3 +35,33 @@ def test_closed_engine_settles_or_fails_its_waiters_and_leaves_no_reader() -> No
             loop.call_later(0.05, lambda: flag.__setitem__(0, True))
             await wait_for(pe2, lambda: flag[0], timeout=5)
     asyncio.run(main())
+
+
+def test_an_engine_opened_right_after_a_close_is_woken_by_its_fd(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing an engine drops its loop reader at once (its fd still open): a new engine created before the
+    loop runs again, often with the same fd number, must be registered afresh and woken by its fd, not
+    only by the safety timer (made 30 s here)."""
+    import threading
+    import pydoca._loop as driver
+    monkeypatch.setattr(driver, "SAFETY_INTERVAL", 30.0)
+
+    async def main() -> None:
+        pe = pydoca.ProgressEngine()
+        stuck = asyncio.ensure_future(wait_for(pe, lambda: False, timeout=10))
+        await asyncio.sleep(0.01)
+        pe.close()
+        with pydoca.ProgressEngine() as pe2:           # no await in between
+            flag = [False]
+
+            def later() -> None:
+                flag[0] = True
+                pe2.kick()
+            t = threading.Timer(0.05, later)
+            t.start()
+            t0 = time.monotonic()
+            await wait_for(pe2, lambda: flag[0], timeout=5)
+            assert time.monotonic() - t0 < 2.0, "woken by its fd"
+            t.join()
+        with pytest.raises(ClosedError):
+            await stuck
+    asyncio.run(main())

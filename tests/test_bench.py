@@ -117,7 +117,7 @@ def test_compare_quick(tmp_path: Path) -> None:
                 "numpy_memcpy_1MiB_MBps", "python_tcp_pingpong_8B_us"):
         assert med[key] > 0, key
     if shutil.which("iperf3"):
-        assert med["iperf3_1M_MBps"] > 0
+        assert med["iperf3_1M_MBps"] is not None and med["iperf3_1M_MBps"] > 0
     measures = {row["measure"] for row in r["ratios"]}
     for name, a, b, _, _ in RATIOS:
         if med.get(a) and med.get(b):

@@ -251,17 +251,23 @@ def test_a_ring_in_flight_outlives_its_owner(local: Local) -> None:
     mm = MemoryMap(local.dev, mem, access=Access.LOCAL_READ_WRITE)
     ring = TaskRing(local.rdma, [local.inv.buffer(mm, offset=0, length=64, empty=True)], "receive")
     ring.post(0)
-    alive = weakref.ref(ring)
-    del ring
+    assert ring_mod._in_flight.get(ring._id) is ring, "registered while C may write into it"
+    alive, map_alive = weakref.ref(ring), weakref.ref(mm)
+    del ring, mm                                   # the owner lets go of the ring, its buffer and its map
     gc.collect()
-    assert alive() is not None
+    assert alive() is not None and map_alive() is not None
     local.rdma.close()                             # flushes the receive into the ring's entries
     ring = alive()
     assert ring is not None and ring.posted == 0
     entry = ring.take()
     assert entry is not None and entry[1] != 0 and ring.take() is None
     assert ring._id not in ring_mod._in_flight
-    mm.close()
+    m = map_alive()
+    assert m is not None
+    m.close()
+    del ring, m
+    gc.collect()
+    assert alive() is None, "released once nothing is in flight"
 
 
 def test_a_raising_poller_loses_no_completion(local: Local, peer: PeerProc) -> None:

@@ -199,6 +199,7 @@ def test_discover_published_service(tmp_path: Path) -> None:
 def test_connection_limit_refusal_says_so(tmp_path: Path) -> None:
     """Beyond --max-connections a requester is refused at once, told why; a freed place is taken again."""
     srv = Server(write_spec(tmp_path), "--max-connections", "2")
+    first = second = None
     try:
         first, second = Requester.connect(srv.address, name="one"), Requester.connect(srv.address, name="two")
         t0 = time.monotonic()
@@ -217,6 +218,8 @@ def test_connection_limit_refusal_says_so(tmp_path: Path) -> None:
                 if time.monotonic() > end:
                     raise
                 time.sleep(0.05)
-        second.close()
     finally:
+        for req in (first, second):
+            if req is not None:
+                req.close()
         srv.kill()

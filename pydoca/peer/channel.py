@@ -171,6 +171,7 @@ class Channel:
         self.reap()                       # finished sends' callbacks run (their slots' memory is let go)
         for m in self._maps:              # each waits for (or flushes) its slots' tasks, then closes the buffers
             m.close()
+        self.reap()                       # sends that finished meanwhile still report to their on_done
         for ring in (self._recv, self._send):
             ring._finish_if_done()        # nothing in flight any more: the rings may go
 

@@ -54,11 +54,17 @@ def _iperf3(seconds: float = 2.0) -> Optional[float]:
     port = free_port()
     server = subprocess.Popen([exe, "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(0.3)
-        out = subprocess.run([exe, "-c", "127.0.0.1", "-p", str(port), "-l", "1M", "-t", str(seconds), "-J"],
-                             capture_output=True, text=True, timeout=30 + seconds)
-        return float(json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"]) / 8e6
-    except (subprocess.TimeoutExpired, ValueError, KeyError):
+        for attempt in range(10):           # the server may not listen yet on a loaded machine: try again
+            time.sleep(0.3)
+            out = subprocess.run([exe, "-c", "127.0.0.1", "-p", str(port), "-l", "1M", "-t", str(seconds), "-J"],
+                                 capture_output=True, text=True, timeout=30 + seconds)
+            try:
+                return float(json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"]) / 8e6
+            except (ValueError, KeyError):
+                if server.poll() is not None:
+                    return None
+        return None
+    except subprocess.TimeoutExpired:
         return None
     finally:
         server.kill()
