@@ -65,3 +65,28 @@ def test_an_engine_opened_right_after_a_close_is_woken_by_its_fd(monkeypatch: py
         with pytest.raises(ClosedError):
             await stuck
     asyncio.run(main())
+
+
+def test_a_raising_predicate_fails_only_its_own_waiter() -> None:
+    class Boom(Exception):
+        pass
+
+    async def main() -> None:
+        with pydoca.ProgressEngine() as pe:
+            flag = [False]
+
+            def bad() -> bool:
+                if flag[0]:                            # false at first: it is registered as a waiter
+                    raise Boom("predicate failed")
+                return False
+            failing = asyncio.ensure_future(wait_for(pe, bad, timeout=5))
+            good = asyncio.ensure_future(wait_for(pe, lambda: flag[0], timeout=5))
+            await asyncio.sleep(0.01)
+            flag[0] = True
+            pe.kick()                                  # one driver run checks both waiters
+            t0 = time.monotonic()
+            await good
+            assert time.monotonic() - t0 < 2.0
+            with pytest.raises(Boom):
+                await failing
+    asyncio.run(main())
