@@ -22,11 +22,14 @@ import select
 import time
 from typing import Callable, List, Optional
 
+from pydoca._log import get_logger
+
 from ._native import callbacks, ffi, lib, soft_fn
 from .errors import check
 from .resource import Resource
 
 
+log = get_logger()
 SPIN_US = 150
 
 
@@ -109,8 +112,7 @@ class ProgressEngine(Resource):
             try:
                 fn()
             except Exception as exc:  # noqa: BLE001 - closing goes on
-                from pydoca._log import get_logger
-                get_logger().debug("a progress engine closing hook raised", error=repr(exc))
+                log.debug("a progress engine closing hook raised", error=repr(exc))
 
     def add_poller(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` after every :meth:`progress` that delivered something, and before any callback
@@ -188,8 +190,6 @@ class ProgressEngine(Resource):
 
     def run_until(self, predicate: Callable[[], bool], timeout: float, *, what: str = "condition") -> None:
         """Progress until ``predicate()`` is true; TimeoutError after ``timeout`` s."""
-        if predicate():
-            return
         deadline = time.monotonic() + timeout
         polling = self.mode is ProgressMode.POLLING
         progress, sleep = self.progress, self.sleep

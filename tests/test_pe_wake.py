@@ -8,16 +8,18 @@ takes wake-ups without reading (a bare epoll_wait on the handle) cannot starve t
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
-from typing import Iterator
+from typing import Any, Iterator, Tuple
 
 import pytest
 
 import pydoca
 from pydoca import Access
 from rdma_util import Local, PeerProc
+from test_rdma import local  # noqa: F401 - the fixture
 
 ALL_REMOTE = Access.LOCAL_READ_WRITE | Access.RDMA_READ | Access.RDMA_WRITE
 SIZE = 4096
@@ -25,18 +27,16 @@ SIZE = 4096
 pytestmark = pytest.mark.skipif(pydoca.backend.name != "soft", reason="softdoca's waiting path")
 
 
-@pytest.fixture
-def local() -> Iterator[Local]:
-    loc = Local()
-    yield loc
-    loc.close()
-
-
-def _connect(local: Local, peer: PeerProc) -> "pydoca.Connection":
-    started = peer.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="oob")
-    conn = local.connect_oob(peer, started)
-    local.started = started  # type: ignore[attr-defined]
-    return conn
+@contextlib.contextmanager
+def _target(local: Local, **kw: Any) -> Iterator[Tuple[PeerProc, "pydoca.Connection", "pydoca.MemoryMap"]]:
+    """A target process over TCP, connected out of band: (peer, connection, its SIZE-byte memory)."""
+    peer = PeerProc(transport="tcp", **kw)
+    try:
+        started = peer.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="oob")
+        conn = local.connect_oob(peer, started)
+        yield peer, conn, local.remote(started["mmap"])
+    finally:
+        peer.close()
 
 
 def test_sleep_returns_on_kick_from_another_thread() -> None:
@@ -61,10 +61,7 @@ def test_sleep_returns_on_kick_from_another_thread() -> None:
 
 
 def test_completion_wakes_the_waiter(local: Local) -> None:
-    peer = PeerProc(transport="tcp")
-    try:
-        conn = _connect(local, peer)
-        rm = local.remote(local.started["mmap"])  # type: ignore[attr-defined]
+    with _target(local) as (peer, conn, rm):
         data = bytearray(b"w" * 64)
         src = local.local(data)
         for i in range(50):
@@ -76,16 +73,11 @@ def test_completion_wakes_the_waiter(local: Local) -> None:
             assert task.done and task.error is None
         got = peer.call("digest")
         assert bytes.fromhex(got["head"]) == b"w" * 64
-    finally:
-        peer.close()
 
 
 def test_one_sided_served_while_the_target_waits_on_its_engine(local: Local) -> None:
     """The target's only thread sits in ProgressEngine.wait: it reads the writes itself, promptly."""
-    peer = PeerProc(transport="tcp")
-    try:
-        conn = _connect(local, peer)
-        rm = local.remote(local.started["mmap"])  # type: ignore[attr-defined]
+    with _target(local) as (peer, conn, rm):
         peer.post("progress", seconds=3.0)
         time.sleep(0.2)
         payload = bytearray(bytes(range(256)) * (SIZE // 256))
@@ -97,17 +89,12 @@ def test_one_sided_served_while_the_target_waits_on_its_engine(local: Local) -> 
         assert time.monotonic() - t0 < 2.0
         peer.answer("progress")
         assert peer.call("digest")["sha"] == hashlib.sha256(payload).hexdigest()
-    finally:
-        peer.close()
 
 
 def test_waiter_that_never_reads_cannot_starve_one_sided_operations(local: Local) -> None:
     """A bare epoll_wait on the handle takes the links' wake-ups from the engine thread and reads
     nothing; the engine still reads every link at least every SOFTDOCA_TIMEOUT_MS/4."""
-    peer = PeerProc(transport="tcp", env={"SOFTDOCA_TIMEOUT_MS": "800"})
-    try:
-        conn = _connect(local, peer)
-        rm = local.remote(local.started["mmap"])  # type: ignore[attr-defined]
+    with _target(local, env={"SOFTDOCA_TIMEOUT_MS": "800"}) as (peer, conn, rm):
         peer.post("hold_wakeups", seconds=3.0)
         time.sleep(0.3)
         payload = bytearray(b"S" * SIZE)
@@ -124,5 +111,3 @@ def test_waiter_that_never_reads_cannot_starve_one_sided_operations(local: Local
         # of silence (SOFTDOCA_TIMEOUT_MS=5000 on this side) would wake it
         assert max(took) < 0.7, f"writes took {[round(t, 3) for t in took]} s"
         assert peer.call("digest")["sha"] == hashlib.sha256(payload).hexdigest()
-    finally:
-        peer.close()

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import base64
 import time
+from typing import Callable, List, Tuple
 
 import pytest
 
-from pydoca import Access, MemoryMap
+from pydoca import Access, Buffer, MemoryMap
 from pydoca.errors import DocaError, InvalidValueError
 from pydoca.peer.channel import Channel
 from pydoca.rdma import ring as ring_mod
@@ -18,11 +19,30 @@ from rdma_util import Local, PeerProc
 from test_rdma import connect, local, peer  # noqa: F401 - the fixtures too
 
 
-def _settle(local: Local, ch: Channel, bound: float = 10.0) -> None:
+def _until(local: Local, done: Callable[[], bool], bound: float = 10.0) -> None:
+    """Wait on the engine until ``done()`` (at most ``bound`` s; the caller asserts the outcome)."""
     end = time.monotonic() + bound
-    while (ch._outbox or ch._send.posted) and time.monotonic() < end:
+    while not done() and time.monotonic() < end:
         local.pe.wait(0.05)
+
+
+def _settle(local: Local, ch: Channel) -> None:
+    _until(local, lambda: not (ch._outbox or ch._send.posted))
     ch.reap()
+
+
+def _slots(local: Local, n: int, size: int = 32) -> Tuple[bytearray, MemoryMap, List[Buffer]]:
+    """``n`` empty ``size``-byte buffers over one registered bytearray: (memory, map, buffers)."""
+    mem = bytearray(n * size)
+    mm = MemoryMap(local.dev, mem, access=Access.LOCAL_READ_WRITE)
+    return mem, mm, [local.inv.buffer(mm, offset=i * size, length=size, empty=True) for i in range(n)]
+
+
+def _release(local: Local, mm: MemoryMap, bufs: List[Buffer]) -> None:
+    local.rdma.close()                             # flushes what is still posted
+    for b in bufs:
+        b.close()
+    mm.close()
 
 
 def test_sends_queue_complete_in_order_and_give_slots_back(local: Local, peer: PeerProc) -> None:
@@ -54,9 +74,7 @@ def test_sends_after_disconnect_fail_and_give_their_slot_back(local: Local, peer
                  on_message=lambda c, d: None, on_imm=lambda c, imm, k: None)
     try:
         conn.disconnect()
-        end = time.monotonic() + 5
-        while conn.established and time.monotonic() < end:
-            local.pe.wait(0.05)
+        _until(local, lambda: not conn.established, 5)
         for i in range(5):                         # refused at submit or failed in flight: never raises
             ch.send(conn, b"late %d" % i, outcomes.append)
         _settle(local, ch)
@@ -98,9 +116,8 @@ def test_received_messages_and_immediates_reach_the_owner(local: Local, peer: Pe
         ch.post_all()
         texts = [f"message {i} " * (1 + i % 7) for i in range(12)]   # 12 messages through 2 slots
         peer.post("send_many", texts=texts, imm=imm, blob=base64.b64encode(mm.export_rdma()).decode())
-        end = time.monotonic() + 10
-        while (len(got) < len(texts) or not imms) and time.monotonic() < end:
-            local.pe.wait(0.05)                    # the slots are posted again as the messages are taken
+        # the slots are posted again as the messages are taken
+        _until(local, lambda: len(got) >= len(texts) and bool(imms))
         peer.answer("send_many")
         assert [d for _, d in got] == [t.encode() for t in texts]
         assert all(c is conn for c, _ in got)
@@ -113,9 +130,7 @@ def test_received_messages_and_immediates_reach_the_owner(local: Local, peer: Pe
 
 
 def test_task_ring_refuses_bad_slots_and_a_closed_context(local: Local) -> None:
-    mem = bytearray(64)
-    mm = MemoryMap(local.dev, mem, access=Access.LOCAL_READ_WRITE)
-    bufs = [local.inv.buffer(mm, offset=i * 32, length=32, empty=True) for i in range(2)]
+    _, mm, bufs = _slots(local, 2)
     ring = TaskRing(local.rdma, bufs, "receive")
     with pytest.raises(ValueError, match="receives or sends"):
         TaskRing(local.rdma, bufs, "write")
@@ -136,9 +151,7 @@ def test_task_ring_refuses_bad_slots_and_a_closed_context(local: Local) -> None:
     assert ring.take() is None and ring.posted == 0 and ring.failed == 1 and not mm._tasks
     with pytest.raises(Exception, match="closed"):
         ring.post(1)
-    for b in bufs:
-        b.close()
-    mm.close()
+    _release(local, mm, bufs)
 
 
 def test_a_message_is_delivered_before_the_disconnect_that_follows_it(local: Local, peer: PeerProc) -> None:
@@ -188,17 +201,13 @@ def test_task_ring_never_holds_more_completions_than_slots(local: Local, peer: P
     """A slot posted again before its completion was taken would let a ring of n slots owe n+1 entries:
     refused until the owner takes one."""
     conn, _ = connect(local, peer, "oob")
-    mem = bytearray(64)
-    mm = MemoryMap(local.dev, mem, access=Access.LOCAL_READ_WRITE)
-    bufs = [local.inv.buffer(mm, offset=i * 32, length=32, empty=True) for i in range(2)]
+    mem, mm, bufs = _slots(local, 2)
     ring = TaskRing(local.rdma, bufs, "receive")
     try:
         ring.post(0)
         ring.post(1)
         peer.call("send_many", texts=["first", "second"])
-        end = time.monotonic() + 10
-        while ring.posted and time.monotonic() < end:
-            local.pe.wait(0.05)
+        _until(local, lambda: not ring.posted)
         assert ring.posted == 0 and ring.pending()
         with pytest.raises(DocaError, match="ring slot 0"):
             ring.post(0)                           # two completions wait: no room for a third
@@ -209,18 +218,13 @@ def test_task_ring_never_holds_more_completions_than_slots(local: Local, peer: P
         assert second is not None and second[:3] == (1, 0, 6) and bytes(mem[32:38]) == b"second"
         assert ring.take() is None
     finally:
-        local.rdma.close()
-        for b in bufs:
-            b.close()
-        mm.close()
+        _release(local, mm, bufs)
 
 
 def test_task_ring_counts_past_two_to_the_32(local: Local, peer: PeerProc) -> None:
     """Completion counters are 64-bit: a long-lived ring (3 slots: not a power of two) goes on past 2**32."""
     conn, _ = connect(local, peer, "oob")
-    mem = bytearray(96)
-    mm = MemoryMap(local.dev, mem, access=Access.LOCAL_READ_WRITE)
-    bufs = [local.inv.buffer(mm, offset=i * 32, length=32, empty=True) for i in range(3)]
+    mem, mm, bufs = _slots(local, 3)
     ring = TaskRing(local.rdma, bufs, "receive")
     ring._c.head = ring._c.tail = 2**32 - 2
     try:
@@ -228,18 +232,13 @@ def test_task_ring_counts_past_two_to_the_32(local: Local, peer: PeerProc) -> No
         for i in range(3):                         # the counters cross 2**32 on the way
             ring.post(i % 3)
             peer.call("send_many", texts=[f"msg {i}"])
-            end = time.monotonic() + 10
-            while ring.posted and time.monotonic() < end:
-                local.pe.wait(0.05)
+            _until(local, lambda: not ring.posted)
             e = ring.take()
             assert e is not None and e[1] == 0
             got.append(bytes(mem[e[0] * 32:e[0] * 32 + e[2]]))
         assert got == [b"msg 0", b"msg 1", b"msg 2"] and ring._c.tail == 2**32 + 1
     finally:
-        local.rdma.close()
-        for b in bufs:
-            b.close()
-        mm.close()
+        _release(local, mm, bufs)
 
 
 def test_a_ring_in_flight_outlives_its_owner(local: Local) -> None:

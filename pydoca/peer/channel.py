@@ -70,14 +70,11 @@ class Channel:
 
     def drain(self) -> None:
         """Take every finished send and received message (the progress engine's poller)."""
-        send, recv = self._send, self._recv
-        sc, rc = send._c, recv._c                  # the C counters, read directly: this runs per progress()
-        while sc.tail != sc.head:
-            self._sent(send.take())  # type: ignore[arg-type]
+        self.reap()
+        recv = self._recv
+        rc = recv._c                               # the C counters, read directly: this runs per progress()
         while rc.tail != rc.head:
             self._received(recv.take())  # type: ignore[arg-type]
-        if sc.posted == 0:
-            send._finish_if_done()                 # nothing in flight: its memory is no longer pinned
 
     def _received(self, entry: Entry) -> None:
         i, status, length, opcode, imm, conn = entry
@@ -133,10 +130,14 @@ class Channel:
 
     def reap(self) -> int:
         """Take back the slots of sends that finished; returns how many."""
+        send = self._send
+        sc = send._c
         n = 0
-        while self._send.pending():
-            self._sent(self._send.take())  # type: ignore[arg-type]
+        while sc.tail != sc.head:
+            self._sent(send.take())  # type: ignore[arg-type]
             n += 1
+        if sc.posted == 0:
+            send._finish_if_done()                 # nothing in flight: its memory is no longer pinned
         return n
 
     def _sent(self, entry: Entry) -> None:
@@ -168,10 +169,9 @@ class Channel:
         self.closing = True
         self._outbox.clear()
         self._pe.remove_poller(self.drain)
-        self.reap()                       # finished sends' callbacks run (their slots' memory is let go)
         for m in self._maps:              # each waits for (or flushes) its slots' tasks, then closes the buffers
             m.close()
-        self.reap()                       # sends that finished meanwhile still report to their on_done
+        self.reap()                       # every finished send reports to its on_done
         for ring in (self._recv, self._send):
             ring._finish_if_done()        # nothing in flight any more: the rings may go
 

@@ -26,6 +26,16 @@ KINDS = {"write": 0, "read": 1, "send": 2, "write_imm": 3, "send_imm": 4}
 _NO_MEMORY = NoMemoryError.code
 
 
+def maps_of(bufs: Sequence["Buffer"]) -> List[Any]:
+    """The distinct MemoryMaps of ``bufs``: a closing one first waits for (or flushes) what uses it."""
+    maps: Dict[int, Any] = {}
+    for buf in bufs:
+        m = getattr(buf, "mmap", None)
+        if m is not None:
+            maps[id(m)] = m
+    return list(maps.values())
+
+
 class BatchError(DocaError):
     """Some tasks of a batch failed; ``failed`` lists (index, DocaError)."""
 
@@ -59,12 +69,7 @@ class TaskBatch:
         self._b = ffi.new("struct doca_buf *[]", [x.handle for x in b]) if b is not None else ffi.NULL
         self._imm = ffi.new("uint32_t[]", [to_be32(i) for i in imm]) if imm is not None else ffi.NULL
         self._keep: Tuple[Any, ...] = (a, b)
-        maps: Dict[int, Any] = {}
-        for buf in list(a) + list(b or ()):
-            m = getattr(buf, "mmap", None)
-            if m is not None:
-                maps[id(m)] = m
-        self._maps = list(maps.values())
+        self._maps = maps_of(list(a) + list(b or ()))
         self._refused = 0
         self._running = False
         self._ranges: Optional[Tuple[Any, ...]] = None

@@ -11,10 +11,11 @@ a message costs one C call to post and a few attribute reads to collect.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 from .._native import callbacks, ffi, lib
 from ..errors import InvalidValueError, check
+from .batch import maps_of
 
 if TYPE_CHECKING:
     from ..buffer import Buffer
@@ -50,12 +51,7 @@ class TaskRing:
             self._slots[i].index = i
         self._bufs = list(bufs)
         self._room = [buf.length for buf in bufs]   # a send never claims more than its buffer holds
-        maps: Dict[int, Any] = {}
-        for buf in bufs:
-            m = getattr(buf, "mmap", None)
-            if m is not None:
-                maps[id(m)] = m
-        self._maps = list(maps.values())
+        self._maps = maps_of(bufs)
         self._rdma_handle = rdma._rdma
 
     @property
