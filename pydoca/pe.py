@@ -20,7 +20,7 @@ import math
 import os
 import select
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from pydoca._log import get_logger
 
@@ -150,6 +150,16 @@ class ProgressEngine(Resource):
             raise NotImplementedError("this DOCA runtime has no way to wake a progress engine's waiter")
         if not self.closed:
             self._soft_kick(self._addr)
+
+    def soft_addresses(self) -> Optional[Tuple[int, int, int]]:
+        """(softdoca_pe_wait, softdoca_pe_kick, this engine) as addresses, for C code that waits on or
+        wakes this engine without the interpreter lock (the handler pool's hand-off); None on real DOCA."""
+        self._check_open()
+        if self._soft_wait is None or self._soft_kick is None:
+            return None
+        wait, kick = (ctypes.cast(f, ctypes.c_void_p).value for f in (self._soft_wait, self._soft_kick))
+        assert wait is not None and kick is not None
+        return wait, kick, self._addr
 
     def sleep(self, timeout: float, *, spin: bool = False) -> bool:
         """One blocking wait for the engine's next event (or :meth:`kick`), at most ``timeout`` s; call

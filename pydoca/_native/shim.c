@@ -18,6 +18,11 @@
 #include "doca_all.h"
 #include "shim_types.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
 #define PYDOCA_BATCH_TAG (1ULL << 63)
 #define PYDOCA_RING_TAG (1ULL << 62)
 
@@ -381,4 +386,132 @@ doca_error_t pydoca_ring_post(struct doca_rdma *rdma, struct pydoca_ring *ring, 
 		doca_task_free(task);
 	}
 	return rc;
+}
+
+/*
+ * Handler hand-off (pydoca.peer.workers): the serving thread counts jobs in,
+ * workers count them out. Both sides wait and signal here, with the
+ * interpreter lock released (cffi drops it for the call): a worker is woken
+ * only once the serving thread has let go of the lock (it signals on its way
+ * into its own wait), and a worker wakes the serving thread only from here,
+ * after it let go of the lock itself. Each hand-off then costs one thread
+ * wake-up each way instead of two (the woken thread no longer sleeps again,
+ * on the lock).
+ */
+struct pydoca_handoff {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint64_t jobs;
+	int closed;
+	int notify_fd;                   /* written once per finished job, when there is no kick */
+	void (*kick)(void *);            /* softdoca_pe_kick */
+	void *pe;
+};
+
+struct pydoca_handoff *pydoca_handoff_new(void)
+{
+	struct pydoca_handoff *h = calloc(1, sizeof(*h));
+	pthread_condattr_t attr;
+
+	if (!h)
+		return NULL;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&h->cond, &attr);
+	pthread_condattr_destroy(&attr);
+	pthread_mutex_init(&h->lock, NULL);
+	h->notify_fd = -1;
+	return h;
+}
+
+void pydoca_handoff_free(struct pydoca_handoff *h)
+{
+	if (!h)
+		return;
+	pthread_cond_destroy(&h->cond);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
+void pydoca_handoff_set_notify(struct pydoca_handoff *h, uintptr_t kick, uintptr_t pe, int notify_fd)
+{
+	pthread_mutex_lock(&h->lock);
+	h->kick = (void (*)(void *))kick;
+	h->pe = (void *)pe;
+	h->notify_fd = notify_fd;
+	pthread_mutex_unlock(&h->lock);
+}
+
+void pydoca_handoff_close(struct pydoca_handoff *h)
+{
+	pthread_mutex_lock(&h->lock);
+	h->closed = 1;
+	h->kick = NULL;                  /* nobody is notified once this returns: the engine and fd may go */
+	h->pe = NULL;
+	h->notify_fd = -1;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* Under the lock: close() cannot pull the engine or the fd from under it. */
+static void handoff_notify_locked(struct pydoca_handoff *h)
+{
+	if (h->kick) {
+		h->kick(h->pe);
+	} else if (h->notify_fd >= 0) {
+		char zero = 0;
+		ssize_t w = write(h->notify_fd, &zero, 1);   /* a full pipe: its reader drains it anyway */
+		(void)w;
+	}
+}
+
+void pydoca_handoff_notify(struct pydoca_handoff *h)
+{
+	pthread_mutex_lock(&h->lock);
+	handoff_notify_locked(h);
+	pthread_mutex_unlock(&h->lock);
+}
+
+int pydoca_handoff_take(struct pydoca_handoff *h, int finished, int timeout_ms)
+{
+	struct timespec until;
+	int rc = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += timeout_ms / 1000;
+	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&h->lock);
+	if (finished)
+		handoff_notify_locked(h);
+	while (!h->jobs && !h->closed && rc == 0)
+		rc = pthread_cond_timedwait(&h->cond, &h->lock, &until);
+	if (h->jobs) {
+		h->jobs--;
+		rc = 1;
+	} else {
+		rc = h->closed ? -1 : 0;
+	}
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+int pydoca_handoff_post_wait(struct pydoca_handoff *h, uint32_t n, uintptr_t wait, uintptr_t pe, int timeout_ms,
+			     int spin_us)
+{
+	if (n) {
+		pthread_mutex_lock(&h->lock);
+		h->jobs += n;
+		if (n == 1)
+			pthread_cond_signal(&h->cond);
+		else
+			pthread_cond_broadcast(&h->cond);
+		pthread_mutex_unlock(&h->lock);
+	}
+	if (!wait)
+		return 0;
+	return ((int (*)(void *, int, int))wait)((void *)pe, timeout_ms, spin_us);
 }

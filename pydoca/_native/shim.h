@@ -28,6 +28,18 @@ doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, s
 doca_error_t pydoca_ring_post(struct doca_rdma *rdma, struct pydoca_ring *ring, uint32_t slot,
 			      struct doca_rdma_connection *conn, uint32_t length);
 
+/* Handler hand-off (see shim.c): jobs counted in by the serving thread, out by workers, both waiting and
+   signalling with the interpreter lock released. take: 1 a job, 0 timeout, -1 closed (after every job). */
+struct pydoca_handoff;
+struct pydoca_handoff *pydoca_handoff_new(void);
+void pydoca_handoff_free(struct pydoca_handoff *h);
+void pydoca_handoff_set_notify(struct pydoca_handoff *h, uintptr_t kick, uintptr_t pe, int notify_fd);
+void pydoca_handoff_close(struct pydoca_handoff *h);
+void pydoca_handoff_notify(struct pydoca_handoff *h);
+int pydoca_handoff_take(struct pydoca_handoff *h, int finished, int timeout_ms);
+int pydoca_handoff_post_wait(struct pydoca_handoff *h, uint32_t n, uintptr_t wait, uintptr_t pe, int timeout_ms,
+			     int spin_us);
+
 /* Optional DOCA functions (versions.OPTIONAL, weak): name and presence, by index. */
 int pydoca_optional_count(void);
 const char *pydoca_optional_name(int i);

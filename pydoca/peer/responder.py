@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import collections
 import hmac
+import math
 import os
 import secrets
 import select
@@ -94,6 +95,7 @@ class Responder:
         self.allow = parse_networks(allow)
         self.call_timeout, self.progress_mode = call_timeout, progress_mode
         self.pool = HandlerPool(workers, name="pydoca-handler")
+        self._soft: Optional[Tuple[int, int, int]] = None     # softdoca's wait/kick and the engine (_start)
         self.instance = secrets.token_hex(16)
         self.endpoints: List[Endpoint] = []
         self._by_path: Dict[str, Endpoint] = {}
@@ -203,8 +205,10 @@ class Responder:
         self._resources.append(self.dev)
         self.pe = ProgressEngine(mode=self.progress_mode)
         self._resources.append(self.pe)
-        if self.pe.can_kick:
-            self.pool.notify = self.pe.kick
+        self._soft = self.pe.soft_addresses()
+        if self._soft is not None:          # finished handlers kick the engine: one wait, no pipe
+            self.pool.kick_engine(self._soft[1], self._soft[2])
+        self.pool.defer = True              # jobs start as this thread goes into its wait (see _wait)
         recv_slots = self.max_connections * (2 * self.window + 2)
         send_slots = 64
         self.inventory = BufferInventory(recv_slots + send_slots + 16)
@@ -247,7 +251,7 @@ class Responder:
         except Exception as exc:  # noqa: BLE001 - one bad event must not stop the server
             self._failed("progress", exc)
         n = 0
-        if self.pool.finished or self.pool.notify is None:     # without notify: drain the wake-up pipe too
+        if self.pool.finished or not self.pool.kicks:     # without kicks: drain the wake-up pipe too
             for job in self.pool.take():
                 n += 1
                 self._guard("handler result", self._on_job, job)
@@ -286,16 +290,22 @@ class Responder:
                   at=f"{os.path.basename(where.filename)}:{where.lineno}")
 
     def _wait(self, timeout: float) -> None:
-        if self._inbox or self.pool.finished:
+        pool = self.pool
+        if self._inbox or pool.finished:
+            pool.signal()                 # the handlers submitted in this pass start now
             return
         if self.pe.mode.value == "polling":
+            pool.signal()
             deadline = time.monotonic() + timeout
-            while not self.pe.progress() and not self.pool.finished and time.monotonic() < deadline:
+            while not self.pe.progress() and not pool.finished and time.monotonic() < deadline:
                 pass
             return
-        if self.pe.can_kick:          # finished jobs kick the engine: one wait, woken straight by the links
-            self.pe.sleep(max(0.0, timeout), spin=True)   # adaptive: spins only while requests come quickly
+        if self._soft is not None:    # finished jobs kick the engine: one wait, woken straight by the links;
+            wait, _, pe = self._soft  # the workers are signalled in the same C call, the interpreter lock let go
+            self.pe._check_open()
+            pool.signal_and_wait(wait, pe, max(0, math.ceil(timeout * 1000)), self.pe.spin_us)  # adaptive spin
             return
+        pool.signal()
         self.pe.request_notification()
         if self.pe.progress() or self.pool.finished:
             return

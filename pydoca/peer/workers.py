@@ -3,9 +3,16 @@
 A :class:`HandlerPool` runs endpoint handlers on a bounded set of worker
 threads (``async def`` handlers on one event-loop thread), so a slow handler
 never stalls progress, other requesters or new connections. Finished jobs
-are queued for the serving thread; a pipe made readable on each finish lets
-that thread sleep on the progress engine's fd and the pool's fd together.
+are queued for the serving thread, which is woken by its progress engine's
+kick (softdoca) or by a pipe it sleeps on with the engine's fd.
 The serving thread owns every DOCA call; workers only run user code.
+
+Jobs are counted in and out through a small C hand-off (``pydoca_handoff_*``
+in the shim) that both sides call with the interpreter lock released: the
+serving thread signals the jobs of a pass on its way into its wait
+(:meth:`HandlerPool.signal_and_wait`), so a worker wakes to a free lock, and
+a worker wakes the serving thread only once it let go of the lock. A woken
+thread then never sleeps a second time, on the lock: one wake-up each way.
 """
 from __future__ import annotations
 
@@ -13,12 +20,13 @@ import asyncio
 import collections
 import inspect
 import os
-import queue
 import threading
 import time
 from typing import Any, Callable, Deque, List, Optional, Tuple
 
 from pydoca._log import get_logger
+
+from .._native import ffi, lib
 
 log = get_logger()
 
@@ -54,7 +62,8 @@ class HandlerPool:
         self.workers, self.max_workers = workers, max(workers, max_workers or 4 * workers)
         self.name = name
         self.finished: Deque[Job] = collections.deque()
-        self._jobs: "queue.SimpleQueue[Optional[Job]]" = queue.SimpleQueue()
+        self._jobs: Deque[Job] = collections.deque()     # counted in by signal(), out by the C hand-off
+        self._unsignaled = 0
         self._threads: List[threading.Thread] = []
         self._idle = 0
         self._limit = workers
@@ -62,15 +71,45 @@ class HandlerPool:
         self._rfd, self._wfd = os.pipe()
         os.set_blocking(self._rfd, False)
         os.set_blocking(self._wfd, False)
+        handoff = lib.pydoca_handoff_new()
+        if handoff == ffi.NULL:
+            os.close(self._rfd)
+            os.close(self._wfd)
+            raise MemoryError("handler pool: no memory for its hand-off")
+        self._h = ffi.gc(handoff, lib.pydoca_handoff_free)   # freed with the last thread that holds the pool
+        lib.pydoca_handoff_set_notify(self._h, 0, 0, self._wfd)
+        self._kicks = False
+        #: jobs wait for signal()/signal_and_wait() (the serving thread's wait) instead of starting at once
+        self.defer = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[threading.Thread] = None
         self._closed = False
-        #: called on each finish instead of writing the pipe (e.g. ProgressEngine.kick)
-        self.notify: Optional[Callable[[], None]] = None
 
     def fileno(self) -> int:
-        """Readable when jobs have finished (call :meth:`take`)."""
+        """Readable when jobs have finished (call :meth:`take`); not used once :meth:`kick_engine` is set."""
         return self._rfd
+
+    def kick_engine(self, kick: int, pe: int) -> None:
+        """Finished jobs wake the serving thread by ``kick(pe)`` (C function and engine addresses, e.g.
+        softdoca_pe_kick) instead of the pipe."""
+        lib.pydoca_handoff_set_notify(self._h, kick, pe, -1)
+        self._kicks = True
+
+    @property
+    def kicks(self) -> bool:
+        return self._kicks
+
+    def signal(self) -> None:
+        """Start the jobs submitted since the last signal (``defer``)."""
+        n, self._unsignaled = self._unsignaled, 0
+        if n:
+            lib.pydoca_handoff_post_wait(self._h, n, 0, 0, 0, 0)
+
+    def signal_and_wait(self, wait: int, pe: int, timeout_ms: int, spin_us: int) -> int:
+        """:meth:`signal`, then ``wait(pe, timeout_ms, spin_us)`` (e.g. softdoca_pe_wait), in one C call
+        without the interpreter lock: the workers it wakes find the lock free."""
+        n, self._unsignaled = self._unsignaled, 0
+        return int(lib.pydoca_handoff_post_wait(self._h, n, wait, pe, timeout_ms, spin_us))
 
     def submit(self, job: Job) -> None:
         if self._closed:
@@ -86,7 +125,10 @@ class HandlerPool:
             t = threading.Thread(target=self._worker, name=f"{self.name}-{len(self._threads)}", daemon=True)
             self._threads.append(t)
             t.start()
-        self._jobs.put(job)
+        self._jobs.append(job)
+        self._unsignaled += 1
+        if not self.defer:
+            self.signal()
 
     def replace_stuck(self) -> None:
         """A job outlived its timeout and still holds a thread: allow one more (up to ``max_workers``)."""
@@ -94,25 +136,26 @@ class HandlerPool:
             self._limit = min(self.max_workers, self._limit + 1)
 
     def _worker(self) -> None:
+        h, finished = self._h, 0
         while True:
-            job = self._jobs.get()
-            if job is None:
+            got = lib.pydoca_handoff_take(h, finished, 1000)   # notifies the previous job's finish first
+            finished = 0
+            if got < 0:
                 return
+            if got == 0:
+                continue
+            job = self._jobs.popleft()
             job.run()
-            self._finish(job)
+            job.done = True
+            self.finished.append(job)
             with self._lock:
                 self._idle += 1
+            finished = 1
 
     def _finish(self, job: Job) -> None:
         job.done = True
         self.finished.append(job)
-        if self.notify is not None:     # wakes the serving thread's progress engine directly
-            self.notify()
-            return
-        try:
-            os.write(self._wfd, b"\0")
-        except OSError:       # pipe full (the serving thread will drain it) or closed at shutdown
-            pass
+        lib.pydoca_handoff_notify(self._h)
 
     def _submit_async(self, job: Job) -> None:
         if self._loop is None:
@@ -138,7 +181,7 @@ class HandlerPool:
 
     def take(self) -> List[Job]:
         """Jobs finished since the last call (drains the wake-up pipe)."""
-        if self.notify is None:
+        if not self._kicks:
             try:
                 while os.read(self._rfd, 4096):
                     pass
@@ -154,8 +197,8 @@ class HandlerPool:
         if self._closed:
             return
         self._closed = True
-        for _ in self._threads:
-            self._jobs.put(None)
+        self.signal()                     # jobs already submitted still run
+        lib.pydoca_handoff_close(self._h)     # then each worker returns; nobody is notified any more
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))

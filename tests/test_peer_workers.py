@@ -1,0 +1,150 @@
+"""The handler pool's hand-off: deferred jobs start on signal, finished jobs wake the serving
+thread by its engine's kick or by the pipe (real DOCA's path), close runs what was submitted."""
+from __future__ import annotations
+
+import asyncio
+import select
+import threading
+import time
+from typing import Any, Iterator, List
+
+import pytest
+
+from pydoca.pe import ProgressEngine
+from pydoca.peer import Requester, Responder
+from pydoca.peer.workers import HandlerPool, Job
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def pool() -> Iterator[HandlerPool]:
+    p = HandlerPool(2, name="test-pool")
+    yield p
+    p.close()
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+def _take_all(p: HandlerPool, n: int, timeout: float = 5.0) -> List[Job]:
+    got: List[Job] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        _readable(p.fileno(), 0.1)
+        got += p.take()
+    return got
+
+
+def test_deferred_jobs_start_only_when_signalled(pool: HandlerPool) -> None:
+    ran = threading.Event()
+
+    def double(x: int) -> int:
+        ran.set()
+        return 2 * x
+    pool.defer = True
+    pool.submit(Job(double, (21,), "ctx", None))
+    assert not ran.wait(0.3), "a deferred job started before signal()"
+    pool.signal()
+    assert ran.wait(5)
+    jobs = _take_all(pool, 1)                      # finished: the pipe (no kick set) became readable
+    assert [(j.value, j.context, j.done) for j in jobs] == [(42, "ctx", True)]
+
+
+def test_jobs_run_in_submission_order_and_errors_are_kept(pool: HandlerPool) -> None:
+    def fail() -> None:
+        raise KeyError("boom")
+    jobs = [Job(lambda i=i: i, (), i, None) for i in range(20)] + [Job(fail, (), "bad", None)]
+    for job in jobs:
+        pool.submit(job)
+    got = _take_all(pool, len(jobs))
+    assert sorted(j.context for j in got if j.context != "bad") == list(range(20))
+    bad = [j for j in got if j.context == "bad"]
+    assert len(bad) == 1 and isinstance(bad[0].error, KeyError)
+
+
+def test_signal_and_wait_is_woken_by_the_kick(pool: HandlerPool) -> None:
+    with ProgressEngine() as pe:
+        soft = pe.soft_addresses()
+        if soft is None:
+            pytest.skip("the kick is softdoca's")
+        wait, kick, addr = soft
+        pool.kick_engine(kick, addr)
+        pool.defer = True
+        pool.submit(Job(time.sleep, (0.05,), "slept", None))
+        t0 = time.monotonic()
+        woke = pool.signal_and_wait(wait, addr, 5000, 0)     # signals the job, then sleeps on the engine
+        elapsed = time.monotonic() - t0
+        assert woke == 1 and elapsed < 2.5, f"woken after {elapsed:.2f}s (the 5 s timeout: no kick)"
+        assert [j.context for j in pool.take()] == ["slept"]
+        assert not _readable(pool.fileno(), 0), "a kicking pool does not write its pipe"
+        pool.close()                               # detaches the engine before it closes
+
+
+def test_close_runs_submitted_jobs_and_stops_every_worker() -> None:
+    p = HandlerPool(2, name="test-close")
+    done: List[int] = []
+    p.defer = True
+    for i in range(3):
+        p.submit(Job(done.append, (i,), i, None))    # never signalled: close() still runs them
+    threads = list(p._threads)
+    p.close(timeout=5)
+    assert sorted(done) == [0, 1, 2]
+    assert not any(t.is_alive() for t in threads)
+    p.close()                                        # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        p.submit(Job(print, (), None, None))
+
+
+def test_close_does_not_wait_for_a_stuck_handler() -> None:
+    p = HandlerPool(1, name="test-stuck")
+    release = threading.Event()
+    p.submit(Job(release.wait, (20,), "stuck", None))
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    p.close(timeout=0.2)
+    assert time.monotonic() - t0 < 2
+    release.set()                                    # the handler ends after close: its worker just exits
+    p._threads[0].join(5)
+    assert not p._threads[0].is_alive()
+
+
+def test_async_handlers_finish_through_the_pipe(pool: HandlerPool) -> None:
+    async def double(x: int) -> int:
+        await asyncio.sleep(0.01)
+        return 2 * x
+    pool.submit(Job(double, (5,), "async", None))
+    assert [(j.context, j.value) for j in _take_all(pool, 1)] == [("async", 10)]
+
+
+def test_responder_without_kick_serves_through_the_pipe(monkeypatch: Any) -> None:
+    """Real DOCA has no kick: the serving thread sleeps on the engine's fd and the pool's pipe."""
+    from rdma_util import free_port
+    monkeypatch.setattr(ProgressEngine, "soft_addresses", lambda self: None)
+    resp = Responder(f"127.0.0.1:{free_port()}", name="pipe")
+    resp.add_endpoint("/pooled", "call", 64, lambda p: p[::-1])
+
+    def slow(p: bytes) -> bytes:
+        time.sleep(0.2)
+        return p
+    resp.add_endpoint("/slow", "call", 64, slow)
+    resp.start()
+    assert not resp.pool.kicks
+    server = threading.Thread(target=resp.serve_forever, kwargs={"poll": 5.0}, name="serving", daemon=True)
+    server.start()
+    try:
+        with Requester.connect(resp.address) as req:
+            t0 = time.monotonic()
+            for i in range(50):
+                body = i.to_bytes(4, "big")
+                assert req.call("/pooled", body) == body[::-1]
+            assert time.monotonic() - t0 < 10, "each call waited for the 5 s poll: the pipe did not wake it"
+            assert req.call("/slow", b"zz") == b"zz"
+    finally:
+        resp.stop()
+        if resp.pe.can_kick:
+            resp.pe.kick()                          # ends the 5 s wait now
+        server.join(10)
+        resp.close()
+    assert not server.is_alive()
