@@ -114,6 +114,12 @@ class ProgressEngine(Resource):
             except Exception as exc:  # noqa: BLE001 - closing goes on
                 log.debug("a progress engine closing hook raised", error=repr(exc))
 
+    def add_closing_hook(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once when :meth:`close` runs, before the engine is destroyed: e.g. stop C code
+        that would still wake it (hold the engine meanwhile, so that only close() destroys it)."""
+        self._check_open()
+        self._closing_hooks.append(fn)
+
     def add_poller(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` after every :meth:`progress` that delivered something, and before any callback
         of a task or connection event of this engine's contexts (e.g. drain a task ring)."""

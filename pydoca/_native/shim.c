@@ -436,9 +436,11 @@ void pydoca_handoff_free(struct pydoca_handoff *h)
 void pydoca_handoff_set_notify(struct pydoca_handoff *h, uintptr_t kick, uintptr_t pe, int notify_fd)
 {
 	pthread_mutex_lock(&h->lock);
-	h->kick = (void (*)(void *))kick;
-	h->pe = (void *)pe;
-	h->notify_fd = notify_fd;
+	if (!h->closed) {                /* once closed, nothing is notified again */
+		h->kick = (void (*)(void *))kick;
+		h->pe = (void *)pe;
+		h->notify_fd = notify_fd;
+	}
 	pthread_mutex_unlock(&h->lock);
 }
 
@@ -477,6 +479,8 @@ int pydoca_handoff_take(struct pydoca_handoff *h, int finished, int timeout_ms)
 	struct timespec until;
 	int rc = 0;
 
+	if (timeout_ms < 0)
+		timeout_ms = 0;
 	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += timeout_ms / 1000;
 	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;

@@ -205,10 +205,8 @@ class Responder:
         self._resources.append(self.dev)
         self.pe = ProgressEngine(mode=self.progress_mode)
         self._resources.append(self.pe)
-        self._soft = self.pe.soft_addresses()
-        if self._soft is not None:          # finished handlers kick the engine: one wait, no pipe
-            self.pool.kick_engine(self._soft[1], self._soft[2])
-        self.pool.defer = True              # jobs start as this thread goes into its wait (see _wait)
+        if self.pool.kick_engine(self.pe):  # finished handlers kick the engine: one wait, no pipe
+            self._soft = self.pe.soft_addresses()
         recv_slots = self.max_connections * (2 * self.window + 2)
         send_slots = 64
         self.inventory = BufferInventory(recv_slots + send_slots + 16)
@@ -240,8 +238,13 @@ class Responder:
         """Serve until ``stop()`` (or ``until()`` is true)."""
         self.start()
         self._stopping = False
-        while not self._stopping and not (until is not None and until()):
-            self.run_once(poll)
+        self.pool.defer = True      # a pass's handlers start as the next pass goes into its wait (_wait)
+        try:
+            while not self._stopping and not (until is not None and until()):
+                self.run_once(poll)
+        finally:
+            self.pool.defer = False
+            self.pool.signal()      # what the last pass submitted starts now
 
     def run_once(self, timeout: float = 0.1) -> int:
         """Wait up to ``timeout`` for events and finished handlers, handle them; returns how many."""

@@ -22,11 +22,14 @@ import inspect
 import os
 import threading
 import time
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, List, Optional, Tuple
 
 from pydoca._log import get_logger
 
 from .._native import ffi, lib
+
+if TYPE_CHECKING:
+    from ..pe import ProgressEngine
 
 log = get_logger()
 
@@ -79,6 +82,7 @@ class HandlerPool:
         self._h = ffi.gc(handoff, lib.pydoca_handoff_free)   # freed with the last thread that holds the pool
         lib.pydoca_handoff_set_notify(self._h, 0, 0, self._wfd)
         self._kicks = False
+        self._engine: Optional["ProgressEngine"] = None     # kicked by finished jobs (kick_engine)
         #: jobs wait for signal()/signal_and_wait() (the serving thread's wait) instead of starting at once
         self.defer = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -89,11 +93,23 @@ class HandlerPool:
         """Readable when jobs have finished (call :meth:`take`); not used once :meth:`kick_engine` is set."""
         return self._rfd
 
-    def kick_engine(self, kick: int, pe: int) -> None:
-        """Finished jobs wake the serving thread by ``kick(pe)`` (C function and engine addresses, e.g.
-        softdoca_pe_kick) instead of the pipe."""
-        lib.pydoca_handoff_set_notify(self._h, kick, pe, -1)
+    def kick_engine(self, pe: "ProgressEngine") -> bool:
+        """Finished jobs wake ``pe``'s waiter by its kick (softdoca) instead of the pipe, until ``pe``
+        closes (the pool holds it meanwhile); False where the runtime has no kick."""
+        soft = pe.soft_addresses()
+        if soft is None:
+            return False
+        self._engine = pe
+        pe.add_closing_hook(self._detach_engine)
+        lib.pydoca_handoff_set_notify(self._h, soft[1], soft[2], -1)
         self._kicks = True
+        return True
+
+    def _detach_engine(self) -> None:
+        """The engine is closing: finished jobs write the pipe again (nothing at all after close)."""
+        lib.pydoca_handoff_set_notify(self._h, 0, 0, self._wfd)
+        self._kicks = False
+        self._engine = None
 
     @property
     def kicks(self) -> bool:
@@ -109,6 +125,7 @@ class HandlerPool:
         """:meth:`signal`, then ``wait(pe, timeout_ms, spin_us)`` (e.g. softdoca_pe_wait), in one C call
         without the interpreter lock: the workers it wakes find the lock free."""
         n, self._unsignaled = self._unsignaled, 0
+        timeout_ms = min(max(0, timeout_ms), 0x7FFFFFFF)
         return int(lib.pydoca_handoff_post_wait(self._h, n, wait, pe, timeout_ms, spin_us))
 
     def submit(self, job: Job) -> None:
