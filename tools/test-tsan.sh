@@ -19,7 +19,8 @@ py="$(python3 -c 'import sys; print(sys.executable)')"
 tests=("$@")
 if [ ${#tests[@]} -eq 0 ]; then
   tests=(tests/test_rdma.py tests/test_pe.py tests/test_batch.py tests/test_softdoca_timeout.py
-         tests/test_reliability_threads.py tests/test_peer_rdma.py tests/test_pe_wake.py)
+         tests/test_reliability_threads.py tests/test_peer_rdma.py tests/test_pe_wake.py
+         tests/test_peer_workers.py)
 fi
 PYDOCA_SOFTDOCA_LIB="$lib" PYDOCA_BACKEND=soft \
 LD_PRELOAD="$tsan" \
