@@ -118,6 +118,8 @@ def test_compare_quick(tmp_path: Path) -> None:
         assert med[key] > 0, key
     if shutil.which("iperf3"):
         assert med["iperf3_1M_MBps"] is not None and med["iperf3_1M_MBps"] > 0
+    if med.get("pydoca_shm_lat_write_8B_us") is not None:      # softdoca: the same-host rows, both 1 MiB ones
+        assert med["pydoca_shm_bw_write_1MiB_MBps"] > 0 and med["pydoca_shm_bw_write_1MiB_one_buffer_MBps"] > 0
     measures = {row["measure"] for row in r["ratios"]}
     for name, a, b, _, _ in RATIOS:
         if med.get(a) and med.get(b):
