@@ -3,6 +3,7 @@ thread by its engine's kick or by the pipe (real DOCA's path), close runs what w
 from __future__ import annotations
 
 import asyncio
+import os
 import select
 import threading
 import time
@@ -48,18 +49,19 @@ def test_deferred_jobs_start_only_when_signalled(pool: HandlerPool) -> None:
     assert not ran.wait(0.3), "a deferred job started before signal()"
     pool.signal()
     assert ran.wait(5)
-    jobs = _take_all(pool, 1)                      # finished: the pipe (no kick set) became readable
+    assert _readable(pool.fileno(), 5), "a finished job writes the pipe (no kick set)"
+    jobs = _take_all(pool, 1)
     assert [(j.value, j.context, j.done) for j in jobs] == [(42, "ctx", True)]
 
 
-def test_jobs_run_in_submission_order_and_errors_are_kept(pool: HandlerPool) -> None:
+def test_every_job_runs_once_and_errors_are_kept(pool: HandlerPool) -> None:
     def fail() -> None:
         raise KeyError("boom")
     jobs = [Job(lambda i=i: i, (), i, None) for i in range(20)] + [Job(fail, (), "bad", None)]
     for job in jobs:
         pool.submit(job)
     got = _take_all(pool, len(jobs))
-    assert sorted(j.context for j in got if j.context != "bad") == list(range(20))
+    assert sorted(j.context for j in got if j.context != "bad") == list(range(20))     # each once
     bad = [j for j in got if j.context == "bad"]
     assert len(bad) == 1 and isinstance(bad[0].error, KeyError)
 
@@ -81,6 +83,7 @@ def test_signal_and_wait_is_woken_by_the_kick(pool: HandlerPool) -> None:
     assert not pool.kicks, "the engine's close detached it: finished jobs write the pipe again"
     pool.defer = False
     pool.submit(Job(int, ("7",), "after", None))
+    assert _readable(pool.fileno(), 5), "detached from the closed engine, a finished job writes the pipe"
     assert [(j.context, j.value) for j in _take_all(pool, 1)] == [("after", 7)]
 
 
@@ -117,6 +120,7 @@ def test_async_handlers_finish_through_the_pipe(pool: HandlerPool) -> None:
         await asyncio.sleep(0.01)
         return 2 * x
     pool.submit(Job(double, (5,), "async", None))
+    assert _readable(pool.fileno(), 5), "a finished coroutine writes the pipe"
     assert [(j.context, j.value) for j in _take_all(pool, 1)] == [("async", 10)]
 
 
@@ -184,3 +188,89 @@ def test_run_once_in_own_loop_starts_handlers_at_once() -> None:
 def _call(address: str, payload: bytes) -> bytes:
     with Requester.connect(address, timeout=10) as req:
         return req.call("/pooled", payload)
+
+
+def test_a_job_finishing_after_close_writes_no_fd() -> None:
+    """The pool's pipe is closed by close(): a stuck job that ends later must not write to whatever
+    now has its fd number (the old pool wrote its pipe from Python whenever a job finished)."""
+    p = HandlerPool(1, name="test-late")
+    release = threading.Event()
+    old_w = p._wfd
+    p.submit(Job(release.wait, (20,), "late", None))
+    time.sleep(0.1)
+    p.close(timeout=0.1)
+    r, w = os.pipe()                                  # the lowest free numbers: usually the pool's old ones
+    try:
+        if old_w not in (r, w):
+            pytest.skip("the pipe's old fd numbers were not reused")
+        release.set()
+        p._threads[0].join(5)
+        assert not p._threads[0].is_alive()
+        assert not _readable(r, 0.2), "a job that finished after close wrote to a reused fd"
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_serve_forever_starts_the_last_pass_handlers_on_its_way_out() -> None:
+    """serve_forever defers a pass's handlers to its next wait; when it returns instead, they start."""
+    from rdma_util import free_port
+    ran = threading.Event()
+
+    def handler(p: bytes) -> bytes:
+        ran.set()
+        return p
+    resp = Responder(f"127.0.0.1:{free_port()}", name="last-pass")
+    resp.add_endpoint("/pooled", "call", 64, handler)
+    resp.start()
+    caller = threading.Thread(target=lambda: _swallow(resp.address), daemon=True)
+    try:
+        caller.start()
+        resp.serve_forever(lambda: bool(resp._running), poll=0.05)    # returns after the request's pass
+        assert resp._running, "serve_forever returned before the request arrived"
+        assert ran.wait(2), "the last pass's handler did not start when serve_forever returned"
+    finally:
+        resp.close()
+        caller.join(10)
+
+
+def _swallow(address: str) -> None:
+    try:
+        _call(address, b"x")
+    except Exception:  # noqa: BLE001 - the responder closes under this call on purpose
+        pass
+
+
+def test_a_forked_child_closes_and_frees_the_parents_pool() -> None:
+    """After fork() the child has the hand-off but none of its workers: closing and freeing it there
+    returns at once (destroying a condition variable the parent's workers wait on would hang)."""
+    from pydoca._native import lib
+    p = HandlerPool(2, name="test-fork")
+    try:
+        p.submit(Job(int, ("1",), "warm", None))     # a worker now waits in the hand-off
+        assert [j.value for j in _take_all(p, 1)] == [1]
+        pid = os.fork()
+        if pid == 0:                                  # child: bounded by the parent's kill below
+            code = 1
+            try:
+                p.close(timeout=0.1)
+                lib.pydoca_handoff_free(p._h)         # what the garbage collector would do
+                code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 10
+        status = None
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.02)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the child hung closing the parent's pool")
+        assert status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        p.submit(Job(int, ("2",), "after", None))     # the parent's pool is untouched
+        assert [j.value for j in _take_all(p, 1)] == [2]
+    finally:
+        p.close()

@@ -20,6 +20,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -397,6 +398,10 @@ doca_error_t pydoca_ring_post(struct doca_rdma *rdma, struct pydoca_ring *ring, 
  * after it let go of the lock itself. Each hand-off then costs one thread
  * wake-up each way instead of two (the woken thread no longer sleeps again,
  * on the lock).
+ *
+ * After fork() the child has the parent's copy but none of its workers (and
+ * maybe a lock held by one): every call there returns at once, and freeing it
+ * leaks it rather than destroying a condition variable others waited on.
  */
 struct pydoca_handoff {
 	pthread_mutex_t lock;
@@ -406,7 +411,13 @@ struct pydoca_handoff {
 	int notify_fd;                   /* written once per finished job, when there is no kick */
 	void (*kick)(void *);            /* softdoca_pe_kick */
 	void *pe;
+	pid_t pid;                       /* the process that made it (see fork above) */
 };
+
+static int handoff_foreign(const struct pydoca_handoff *h)
+{
+	return h->pid != getpid();
+}
 
 struct pydoca_handoff *pydoca_handoff_new(void)
 {
@@ -421,12 +432,13 @@ struct pydoca_handoff *pydoca_handoff_new(void)
 	pthread_condattr_destroy(&attr);
 	pthread_mutex_init(&h->lock, NULL);
 	h->notify_fd = -1;
+	h->pid = getpid();
 	return h;
 }
 
 void pydoca_handoff_free(struct pydoca_handoff *h)
 {
-	if (!h)
+	if (!h || handoff_foreign(h))
 		return;
 	pthread_cond_destroy(&h->cond);
 	pthread_mutex_destroy(&h->lock);
@@ -435,6 +447,8 @@ void pydoca_handoff_free(struct pydoca_handoff *h)
 
 void pydoca_handoff_set_notify(struct pydoca_handoff *h, uintptr_t kick, uintptr_t pe, int notify_fd)
 {
+	if (handoff_foreign(h))
+		return;
 	pthread_mutex_lock(&h->lock);
 	if (!h->closed) {                /* once closed, nothing is notified again */
 		h->kick = (void (*)(void *))kick;
@@ -446,6 +460,8 @@ void pydoca_handoff_set_notify(struct pydoca_handoff *h, uintptr_t kick, uintptr
 
 void pydoca_handoff_close(struct pydoca_handoff *h)
 {
+	if (handoff_foreign(h))
+		return;
 	pthread_mutex_lock(&h->lock);
 	h->closed = 1;
 	h->kick = NULL;                  /* nobody is notified once this returns: the engine and fd may go */
@@ -469,6 +485,8 @@ static void handoff_notify_locked(struct pydoca_handoff *h)
 
 void pydoca_handoff_notify(struct pydoca_handoff *h)
 {
+	if (handoff_foreign(h))
+		return;
 	pthread_mutex_lock(&h->lock);
 	handoff_notify_locked(h);
 	pthread_mutex_unlock(&h->lock);
@@ -479,6 +497,8 @@ int pydoca_handoff_take(struct pydoca_handoff *h, int finished, int timeout_ms)
 	struct timespec until;
 	int rc = 0;
 
+	if (handoff_foreign(h))
+		return -1;
 	if (timeout_ms < 0)
 		timeout_ms = 0;
 	clock_gettime(CLOCK_MONOTONIC, &until);
@@ -506,7 +526,7 @@ int pydoca_handoff_take(struct pydoca_handoff *h, int finished, int timeout_ms)
 int pydoca_handoff_post_wait(struct pydoca_handoff *h, uint32_t n, uintptr_t wait, uintptr_t pe, int timeout_ms,
 			     int spin_us)
 {
-	if (n) {
+	if (n && !handoff_foreign(h)) {
 		pthread_mutex_lock(&h->lock);
 		h->jobs += n;
 		if (n == 1)

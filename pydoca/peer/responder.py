@@ -118,8 +118,8 @@ class Responder:
                      queue: Optional[int] = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
                      description: str = "", inline: bool = False) -> Endpoint:
         """Define an endpoint (before ``start()``); ``timeout`` overrides ``call_timeout`` for its handler;
-        ``inline=True`` runs the handler on the serving thread (saves the hand-off to the pool, ~30 us on
-        softdoca on two vCPUs; only for handlers that return at once: a slow one stalls every requester,
+        ``inline=True`` runs the handler on the serving thread (saves the hand-off to the pool, ~15-35 us
+        on softdoca on two vCPUs; only for handlers that return at once: a slow one stalls every requester,
         no timeout)."""
         if self._started:
             raise RuntimeError("add endpoints before start()")

@@ -84,6 +84,7 @@ class HandlerPool:
         self._kicks = False
         self._engine: Optional["ProgressEngine"] = None     # kicked by finished jobs (kick_engine)
         #: jobs wait for signal()/signal_and_wait() (the serving thread's wait) instead of starting at once
+        #: (``async def`` handlers run on the pool's event loop at once either way)
         self.defer = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[threading.Thread] = None
@@ -100,13 +101,16 @@ class HandlerPool:
         if soft is None:
             return False
         self._engine = pe
-        pe.add_closing_hook(self._detach_engine)
+        pe.add_closing_hook(lambda: self._detach_engine(pe))
         lib.pydoca_handoff_set_notify(self._h, soft[1], soft[2], -1)
         self._kicks = True
         return True
 
-    def _detach_engine(self) -> None:
-        """The engine is closing: finished jobs write the pipe again (nothing at all after close)."""
+    def _detach_engine(self, pe: "ProgressEngine") -> None:
+        """``pe`` is closing: if it is the one kicked, finished jobs write the pipe again (nothing at all
+        after close)."""
+        if self._engine is not pe:
+            return
         lib.pydoca_handoff_set_notify(self._h, 0, 0, self._wfd)
         self._kicks = False
         self._engine = None
@@ -116,15 +120,17 @@ class HandlerPool:
         return self._kicks
 
     def signal(self) -> None:
-        """Start the jobs submitted since the last signal (``defer``)."""
-        n, self._unsignaled = self._unsignaled, 0
+        """Start the jobs submitted since the last signal (``defer``); any thread."""
+        with self._lock:                  # close() on another thread must not post the same jobs twice
+            n, self._unsignaled = self._unsignaled, 0
         if n:
             lib.pydoca_handoff_post_wait(self._h, n, 0, 0, 0, 0)
 
     def signal_and_wait(self, wait: int, pe: int, timeout_ms: int, spin_us: int) -> int:
         """:meth:`signal`, then ``wait(pe, timeout_ms, spin_us)`` (e.g. softdoca_pe_wait), in one C call
         without the interpreter lock: the workers it wakes find the lock free."""
-        n, self._unsignaled = self._unsignaled, 0
+        with self._lock:
+            n, self._unsignaled = self._unsignaled, 0
         timeout_ms = min(max(0, timeout_ms), 0x7FFFFFFF)
         return int(lib.pydoca_handoff_post_wait(self._h, n, wait, pe, timeout_ms, spin_us))
 
@@ -143,7 +149,8 @@ class HandlerPool:
             self._threads.append(t)
             t.start()
         self._jobs.append(job)
-        self._unsignaled += 1
+        with self._lock:
+            self._unsignaled += 1
         if not self.defer:
             self.signal()
 
@@ -161,7 +168,10 @@ class HandlerPool:
                 return
             if got == 0:
                 continue
-            job = self._jobs.popleft()
+            try:
+                job = self._jobs.popleft()
+            except IndexError:                # cannot happen while counts match the deque; never fatal
+                continue
             job.run()
             job.done = True
             self.finished.append(job)
@@ -197,7 +207,7 @@ class HandlerPool:
             self.replace_stuck()
 
     def take(self) -> List[Job]:
-        """Jobs finished since the last call (drains the wake-up pipe)."""
+        """Jobs finished since the last call (and drains the wake-up pipe, unless the pool kicks an engine)."""
         if not self._kicks:
             try:
                 while os.read(self._rfd, 4096):
