@@ -274,3 +274,23 @@ def test_a_forked_child_closes_and_frees_the_parents_pool() -> None:
         assert [j.value for j in _take_all(p, 1)] == [2]
     finally:
         p.close()
+
+
+def test_close_from_another_thread_stops_serve_forever_first() -> None:
+    """close() while serve_forever waits on another thread: the serving thread leaves its wait (kicked)
+    before the engine is destroyed under it, and serve_forever returns."""
+    from rdma_util import free_port
+    resp = Responder(f"127.0.0.1:{free_port()}", name="close-while-serving")
+    resp.add_endpoint("/pooled", "call", 64, lambda p: p)
+    resp.start()
+    server = threading.Thread(target=resp.serve_forever, kwargs={"poll": 30.0}, name="serving", daemon=True)
+    server.start()
+    deadline = time.monotonic() + 5
+    while resp._serving is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    resp.close()                                  # the serving thread sits in a 30 s wait
+    alive = server.is_alive()
+    assert time.monotonic() - t0 < 5, "close waited for the serving thread's 30 s poll"
+    server.join(5)
+    assert not alive, "close() destroyed the engine while serve_forever still ran on it"

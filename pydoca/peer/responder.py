@@ -22,6 +22,7 @@ import os
 import secrets
 import select
 import socket
+import threading
 import time
 import traceback
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple, Union
@@ -96,6 +97,7 @@ class Responder:
         self.call_timeout, self.progress_mode = call_timeout, progress_mode
         self.pool = HandlerPool(workers, name="pydoca-handler")
         self._soft: Optional[Tuple[int, int, int]] = None     # softdoca's wait/kick and the engine (_start)
+        self._serving: Optional[threading.Thread] = None       # the thread in serve_forever
         self.instance = secrets.token_hex(16)
         self.endpoints: List[Endpoint] = []
         self._by_path: Dict[str, Endpoint] = {}
@@ -239,11 +241,13 @@ class Responder:
         """Serve until ``stop()`` (or ``until()`` is true)."""
         self.start()
         self._stopping = False
+        self._serving = threading.current_thread()
         self.pool.defer = True      # a pass's handlers start as the next pass goes into its wait (_wait)
         try:
-            while not self._stopping and not (until is not None and until()):
+            while not self._stopping and not self._closed and not (until is not None and until()):
                 self.run_once(poll)
         finally:
+            self._serving = None
             self.pool.defer = False
             self.pool.signal()      # what the last pass submitted starts now
 
@@ -322,6 +326,17 @@ class Responder:
         if self._closed:
             return
         self._closed = True
+        serving = self._serving
+        if serving is not None and serving is not threading.current_thread():
+            # serve_forever runs on another thread: let it leave its wait before the engine goes
+            self._stopping = True
+            pe: Optional[ProgressEngine] = getattr(self, "pe", None)
+            if pe is not None and pe.can_kick and not pe.closed:
+                pe.kick()
+            serving.join(5.0)
+            if serving.is_alive():
+                log.warning("closing while serve_forever still runs (a handler on the serving thread?)",
+                            thread=serving.name)
         self._remove_descriptor()
         for store, key in self._published:
             try:
