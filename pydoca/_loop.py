@@ -41,7 +41,7 @@ class _Driver:
             fd = self.pe.fileno()             # raises ClosedError on a closed engine: nothing is registered
             self.loop.add_reader(fd, self._on_readable)
             self._fd = fd
-            self.pe._closing_hooks.append(self._engine_closing)
+            self.pe.add_closing_hook(self._engine_closing)
         self._next += 1
         self.waiters[self._next] = (check, fail)
         self._arm()
@@ -66,8 +66,7 @@ class _Driver:
             self._stop()
 
     def _stop(self) -> None:
-        if self._engine_closing in self.pe._closing_hooks:
-            self.pe._closing_hooks.remove(self._engine_closing)
+        self.pe.remove_closing_hook(self._engine_closing)
         if self._fd is not None:
             try:
                 self.loop.remove_reader(self._fd)

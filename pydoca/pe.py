@@ -120,6 +120,10 @@ class ProgressEngine(Resource):
         self._check_open()
         self._closing_hooks.append(fn)
 
+    def remove_closing_hook(self, fn: Callable[[], None]) -> None:
+        """Stop calling ``fn`` at close (no error if it was not added)."""
+        self._closing_hooks = [f for f in self._closing_hooks if f != fn]
+
     def add_poller(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` after every :meth:`progress` that delivered something, and before any callback
         of a task or connection event of this engine's contexts (e.g. drain a task ring)."""

@@ -96,7 +96,6 @@ class Responder:
         self.allow = parse_networks(allow)
         self.call_timeout, self.progress_mode = call_timeout, progress_mode
         self.pool = HandlerPool(workers, name="pydoca-handler")
-        self._soft: Optional[Tuple[int, int, int]] = None     # softdoca's wait/kick and the engine (_start)
         self._serving: Optional[threading.Thread] = None       # the thread in serve_forever
         self.instance = secrets.token_hex(16)
         self.endpoints: List[Endpoint] = []
@@ -208,8 +207,7 @@ class Responder:
         self._resources.append(self.dev)
         self.pe = ProgressEngine(mode=self.progress_mode)
         self._resources.append(self.pe)
-        if self.pool.kick_engine(self.pe):  # finished handlers kick the engine: one wait, no pipe
-            self._soft = self.pe.soft_addresses()
+        self.pool.kick_engine(self.pe)      # softdoca: finished handlers kick the engine, one wait, no pipe
         recv_slots = self.max_connections * (2 * self.window + 2)
         send_slots = 64
         self.inventory = BufferInventory(recv_slots + send_slots + 16)
@@ -299,21 +297,21 @@ class Responder:
 
     def _wait(self, timeout: float) -> None:
         pool = self.pool
-        if self._inbox or pool.finished:
-            pool.signal()                 # the handlers submitted in this pass start now
+        busy = bool(self._inbox or pool.finished)
+        polling = self.pe.mode.value == "polling"
+        if not busy and not polling and pool.kicks:
+            # finished jobs kick the engine: one wait, woken straight by the links; the handlers submitted
+            # in this pass are signalled in the same C call, the interpreter lock let go (adaptive spin)
+            pool.signal_and_wait(max(0, math.ceil(timeout * 1000)), self.pe.spin_us)
             return
-        if self.pe.mode.value == "polling":
-            pool.signal()
+        pool.signal()                     # the handlers submitted in this pass start now
+        if busy:
+            return
+        if polling:
             deadline = time.monotonic() + timeout
             while not self.pe.progress() and not pool.finished and time.monotonic() < deadline:
                 pass
             return
-        if self._soft is not None:    # finished jobs kick the engine: one wait, woken straight by the links;
-            wait, _, pe = self._soft  # the workers are signalled in the same C call, the interpreter lock let go
-            self.pe._check_open()
-            pool.signal_and_wait(wait, pe, max(0, math.ceil(timeout * 1000)), self.pe.spin_us)  # adaptive spin
-            return
-        pool.signal()
         self.pe.request_notification()
         if self.pe.progress() or self.pool.finished:
             return

@@ -81,8 +81,8 @@ class HandlerPool:
             raise MemoryError("handler pool: no memory for its hand-off")
         self._h = ffi.gc(handoff, lib.pydoca_handoff_free)   # freed with the last thread that holds the pool
         lib.pydoca_handoff_set_notify(self._h, 0, 0, self._wfd)
-        self._kicks = False
         self._engine: Optional["ProgressEngine"] = None     # kicked by finished jobs (kick_engine)
+        self._wait_fn = 0                                   # its softdoca_pe_wait (signal_and_wait)
         #: jobs wait for signal()/signal_and_wait() (the serving thread's wait) instead of starting at once
         #: (``async def`` handlers run on the pool's event loop at once either way)
         self.defer = False
@@ -100,10 +100,9 @@ class HandlerPool:
         soft = pe.soft_addresses()
         if soft is None:
             return False
-        self._engine = pe
+        self._engine, self._wait_fn = pe, soft[0]
         pe.add_closing_hook(lambda: self._detach_engine(pe))
         lib.pydoca_handoff_set_notify(self._h, soft[1], soft[2], -1)
-        self._kicks = True
         return True
 
     def _detach_engine(self, pe: "ProgressEngine") -> None:
@@ -112,27 +111,34 @@ class HandlerPool:
         if self._engine is not pe:
             return
         lib.pydoca_handoff_set_notify(self._h, 0, 0, self._wfd)
-        self._kicks = False
-        self._engine = None
+        self._engine, self._wait_fn = None, 0
 
     @property
     def kicks(self) -> bool:
-        return self._kicks
+        """Finished jobs kick an engine (:meth:`kick_engine`), not the pipe."""
+        return self._engine is not None
+
+    def _take_unsignaled(self) -> int:
+        with self._lock:                  # close() on another thread must not post the same jobs twice
+            n, self._unsignaled = self._unsignaled, 0
+        return n
 
     def signal(self) -> None:
         """Start the jobs submitted since the last signal (``defer``); any thread."""
-        with self._lock:                  # close() on another thread must not post the same jobs twice
-            n, self._unsignaled = self._unsignaled, 0
+        n = self._take_unsignaled()
         if n:
             lib.pydoca_handoff_post_wait(self._h, n, 0, 0, 0, 0)
 
-    def signal_and_wait(self, wait: int, pe: int, timeout_ms: int, spin_us: int) -> int:
-        """:meth:`signal`, then ``wait(pe, timeout_ms, spin_us)`` (e.g. softdoca_pe_wait), in one C call
-        without the interpreter lock: the workers it wakes find the lock free."""
-        with self._lock:
-            n, self._unsignaled = self._unsignaled, 0
+    def signal_and_wait(self, timeout_ms: int, spin_us: int) -> int:
+        """:meth:`signal`, then wait on the kicked engine (softdoca_pe_wait, up to ``timeout_ms``, spinning
+        up to ``spin_us``) in one C call without the interpreter lock: the workers it wakes find the lock
+        free. Only while :attr:`kicks`."""
+        engine = self._engine
+        if engine is None:
+            raise RuntimeError("signal_and_wait needs an engine to wait on (kick_engine)")
         timeout_ms = min(max(0, timeout_ms), 0x7FFFFFFF)
-        return int(lib.pydoca_handoff_post_wait(self._h, n, wait, pe, timeout_ms, spin_us))
+        return int(lib.pydoca_handoff_post_wait(self._h, self._take_unsignaled(), self._wait_fn, engine._addr,
+                                                timeout_ms, spin_us))
 
     def submit(self, job: Job) -> None:
         if self._closed:
@@ -173,15 +179,17 @@ class HandlerPool:
             except IndexError:                # cannot happen while counts match the deque; never fatal
                 continue
             job.run()
-            job.done = True
-            self.finished.append(job)
+            self._queue_finished(job)     # the serving thread is notified by the next take, lock let go
             with self._lock:
                 self._idle += 1
             finished = 1
 
-    def _finish(self, job: Job) -> None:
+    def _queue_finished(self, job: Job) -> None:
         job.done = True
         self.finished.append(job)
+
+    def _finish(self, job: Job) -> None:
+        self._queue_finished(job)
         lib.pydoca_handoff_notify(self._h)
 
     def _submit_async(self, job: Job) -> None:
@@ -208,7 +216,7 @@ class HandlerPool:
 
     def take(self) -> List[Job]:
         """Jobs finished since the last call (and drains the wake-up pipe, unless the pool kicks an engine)."""
-        if not self._kicks:
+        if self._engine is None:
             try:
                 while os.read(self._rfd, 4096):
                     pass
