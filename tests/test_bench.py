@@ -64,6 +64,16 @@ def test_bw_rate_peer(tmp_path: Path) -> None:
     assert "median of per-round ratios" in out.stdout
 
 
+def test_peer_polling(tmp_path: Path) -> None:
+    """Polling progress on both sides of the peer pair; the raw references' idle targets wait blocking."""
+    f = tmp_path / "p.json"
+    out = bench("peer", "--progress", "polling", "--iterations", "30", "--rounds", "1", "--json", str(f))
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(f.read_text())
+    assert r["progress"] == "polling" and r["call_64B_p50_us"] > 0 and r["raw_write_8B_p50_us"] > 0
+    assert "polling progress" in out.stdout
+
+
 def test_bad_options() -> None:
     out = bench("lat", "--op", "fetch_add", "--size", "16")
     assert out.returncode != 0 and "8 bytes" in out.stderr

@@ -31,7 +31,8 @@ def _common(p: argparse.ArgumentParser, *, op: bool = True, size: str = "8") -> 
     p.add_argument("--transport", default="tcp", choices=("tcp", "shm", "auto"),
                    help="softdoca transport of both processes (SOFTDOCA_TRANSPORT; default tcp)")
     p.add_argument("--progress", default="blocking", choices=("blocking", "polling"),
-                   help="progress mode of the initiator (default blocking)")
+                   help="progress mode of the initiator and target (peer: requester and responder; the raw "
+                        "references' idle targets always block) (default blocking)")
     if op:
         p.add_argument("--memory", default="shared", choices=("shared", "private"),
                        help="the target's registered memory: pydoca.shared_memory (a memfd, default) or a bytearray")

@@ -152,9 +152,13 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
             if "serving" not in serve.stdout.readline():
                 raise BenchError("pydoca serve did not start")
             small, payload, bulk = os.urandom(8), os.urandom(64), os.urandom(4 << 20)
+            # the raw references are one-sided writes, whose targets take no part: they wait blocking, so
+            # with polling progress two idle targets do not spin on the cores the measured pair needs
             with Requester.connect(f"127.0.0.1:{port}", progress_mode=progress) as req, \
-                    Session("write", 8, progress=progress, transport=transport) as raw8, \
-                    Session("write", 4 << 20, progress=progress, transport=transport) as raw4:
+                    Session("write", 8, progress=progress, transport=transport,
+                            target_progress="blocking") as raw8, \
+                    Session("write", 4 << 20, progress=progress, transport=transport,
+                            target_progress="blocking") as raw4:
                 for _ in range(rounds):
                     fig["call_64B_p50_us"].append(_q(_timed(lambda: req.call("/call", payload), iterations), .5) * 1e6)
                     fig["call_64B_inline_p50_us"].append(
@@ -182,6 +186,7 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
             if serve.stdout is not None:
                 serve.stdout.close()
     out = _base("peer", "mixed", 0, iterations, rounds, transport)
+    out["progress"] = progress
     out.update({k: statistics.median(v) for k, v in fig.items()})
     out.update({f"{k}_rounds": v for k, v in fig.items()})
     # each round's ratio to raw, measured back to back: robust to drifts between rounds (thread placement
@@ -207,8 +212,8 @@ def describe(r: Dict[str, Any]) -> List[str]:
             + (" (task batches)" if r.get("batched") else "")
             + (", one buffer each side" if r.get("one_buffer") else ""))
     if r["bench"] == "peer":
-        head = (f"pydoca bench peer: backend {r['backend']}, transport {r['transport']}, {r['rounds']} rounds "
-                f"(medians; spread min-max over rounds)")
+        head = (f"pydoca bench peer: backend {r['backend']}, transport {r['transport']}, "
+                f"{r.get('progress', 'blocking')} progress, {r['rounds']} rounds (medians; spread min-max over rounds)")
 
     def spread(key: str, unit: str, fmt: str = "{:.1f}") -> str:
         v = r[f"{key}_rounds"]

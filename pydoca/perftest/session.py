@@ -99,7 +99,7 @@ class Session:
 
     def __init__(self, op: str, size: int, *, slots: int = 1, progress: str = "blocking",
                  transport: str = "tcp", memory: str = "shared", connections: int = 1,
-                 one_buffer: bool = False) -> None:
+                 one_buffer: bool = False, target_progress: Optional[str] = None) -> None:
         if op not in OPS:
             raise BenchError(f"unknown op {op!r}: one of {', '.join(OPS)}")
         if op in ATOMIC and size != 8:
@@ -121,15 +121,15 @@ class Session:
         self.target = Target(transport_env(transport))
         self.stack.callback(self.target.close)
         try:
-            self._open(progress)
+            self._open(progress, target_progress or progress)
         except BaseException:
             self.close()
             raise
 
-    def _open(self, progress: str) -> None:
+    def _open(self, progress: str, target_progress: str) -> None:
         s, size, slots = self.stack, self.size, self.slots
         got = self.target.ask({"op": "setup", "size": size, "slots": slots, "kind": self.op,
-                               "progress": progress, "memory": self.memory, "connections": self.connections})
+                               "progress": target_progress, "memory": self.memory, "connections": self.connections})
         dev = s.enter_context(pydoca.Device.open(ip="127.0.0.1"))
         self.pe = s.enter_context(pydoca.ProgressEngine(mode=progress))
         self.rdma = s.enter_context(pydoca.Rdma(dev, self.pe, max_tasks=slots + 16,
