@@ -363,7 +363,15 @@ SD_EXPORT int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms, int spin_us)
 		n = epoll_wait(pe->epfd, evs, SD_PE_WAIT_EVS, timeout_ms);
 	if (max && timeout_ms != 0)
 		pe->spin_ns = n > 0 && sd_now_ns() - t0 <= max ? max : budget / 2;
-	pe_disarm(pe);
+	atomic_store(&pe->armed, 0);
+	/* the eventfd is read only when it woke us: level-triggered, a count
+	 * left in it (signalled after epoll_wait returned) wakes the next wait */
+	for (int i = 0; i < n; i++) {
+		if (!evs[i].data.u64) {
+			efd_drain(pe->efd);
+			break;
+		}
+	}
 	if (n > 0)
 		pe_service(pe, evs, n);
 	else if (n < 0)

@@ -157,7 +157,7 @@ int sd_rx_read(struct sd_link *l, doca_error_t *st)
 
 static int rx_read_turn(struct sd_link *l, doca_error_t *st)
 {
-	int frames = 0;
+	int frames = 0, drained = 0;
 	size_t bytes = 0;
 
 	l->rx_kick = 0;
@@ -183,6 +183,8 @@ static int rx_read_turn(struct sd_link *l, doca_error_t *st)
 			return -1;
 		if (rx_stop(l))
 			continue;
+		if (drained)
+			return 0; /* a short read between payloads: the socket was empty (no EAGAIN read needed) */
 		if (frames >= 1024 || bytes >= (8u << 20))
 			return 0; /* level-triggered: the rest on the next turn */
 		if (l->rx_state == SD_RX_PAYLOAD && !l->rx_discard && l->rx_iovcnt && l->rx_left >= SD_RX_DIRECT_MIN) {
@@ -222,6 +224,7 @@ static int rx_read_turn(struct sd_link *l, doca_error_t *st)
 		}
 		l->last_rx_ns = sd_now_ns();
 		bytes += (size_t)r;
+		drained = !direct && (size_t)r < SD_RB_CAP; /* into a payload: read on while it streams in */
 		if (direct) {
 			size_t d = (size_t)r < direct ? (size_t)r : direct;
 
