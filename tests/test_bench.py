@@ -134,3 +134,18 @@ def test_compare_quick(tmp_path: Path) -> None:
     for name, a, b, _, _ in RATIOS:
         if med.get(a) and med.get(b):
             assert name in measures and name in out.stdout, name
+
+
+def test_compare_headroom_and_plot(tmp_path: Path) -> None:
+    """The plot shows each target row as headroom against its own target, whichever way it points."""
+    from pydoca.perftest.compare import _plot, headroom
+    assert headroom(1.0, "<= 2x") == 2.0 and headroom(4.0, "<= 2x") == 0.5
+    assert headroom(0.4, ">= 0.8") == 0.5 and headroom(1.6, ">= 0.8") == 2.0
+    assert headroom(3.0, "(info)") is None
+    pytest.importorskip("matplotlib")
+    table = [{"measure": "lat / peer", "ratio": 1.3, "target": "<= 2x", "met": True},
+             {"measure": "rate / peer", "ratio": 0.4, "target": ">= 1.0", "met": False},
+             {"measure": "info row", "ratio": 7.0, "target": "(info)", "met": True}]
+    out = tmp_path / "ratios.png"
+    _plot(table, str(out), "test")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -202,24 +202,57 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as fh:
             json.dump({"backend": backend_name(), "rounds": rounds, "medians": med, "ratios": table}, fh, indent=2)
     if args.plot:
-        _plot(table, args.plot)
+        _plot(table, args.plot, f"pydoca bench compare: backend {backend_name()}, {args.rounds} interleaved "
+                                f"round{'s' if args.rounds != 1 else ''}, medians")
     return 0
 
 
-def _plot(table: List[Dict[str, Any]], path: str) -> None:
+def headroom(ratio: float, target: str) -> Optional[float]:
+    """How far a ratio is on the good side of its target, as one number: >= 1 means met, whichever way
+    the target points (``<= 2x``: 2 / ratio; ``>= 0.8``: ratio / 0.8); None for an ``(info)`` row."""
+    t = target.strip()
+    if t.startswith("<=") or t.startswith(">="):
+        limit = float(t[2:].strip().rstrip("x"))
+        if t.startswith("<="):
+            return limit / ratio if ratio > 0 else float("inf")
+        return ratio / limit
+    return None
+
+
+def _plot(table: List[Dict[str, Any]], path: str, title: str = "") -> None:
+    """One bar per target row: its headroom on a log axis (the line at 1 is the target), annotated with the
+    ratio and the target; info rows are left to the printed table."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise RuntimeError("--plot needs matplotlib: pip install 'pydoca[plot]'") from None
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(table) + 1.5))
-    ax.barh([t["measure"] for t in table], [t["ratio"] for t in table],
-            color=["tab:green" if t["met"] else "tab:red" for t in table])
-    ax.set_xlabel("ratio (same run)")
-    ax.axvline(1.0, color="gray", lw=0.8)
+    import textwrap
+    rows: List[Tuple[Dict[str, Any], float]] = []
+    for t in table:
+        h = headroom(t["ratio"], t["target"])
+        if h is not None:
+            rows.append((t, h))
+    if not rows:
+        raise RuntimeError("nothing to plot: no target row had both figures")
+    fig, ax = plt.subplots(figsize=(10, 0.55 * len(rows) + 1.8))
+    labels = [textwrap.fill(t["measure"], 44) for t, _ in rows]
+    heights = [max(h, 1e-3) for _, h in rows]
+    ax.barh(range(len(rows)), heights, color=["tab:green" if h >= 1 else "tab:red" for h in heights])
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="black", lw=1)
+    for i, (t, h) in enumerate(rows):
+        ax.annotate(f" {t['ratio']:.2f} (target {t['target']})", (heights[i], i), va="center", fontsize=8)
+    lo, hi = min(heights), max(heights)
+    ax.set_xlim(min(lo, 1.0) / 2, max(hi, 1.0) * 6)
+    ax.set_xlabel("headroom against the target (log; >= 1: met; same-run ratio and target on each bar)")
+    ax.set_title(title or "pydoca bench compare", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
-__all__ = ["one_round", "run"]
+__all__ = ["headroom", "one_round", "run"]
