@@ -183,18 +183,24 @@ SD_EXPORT doca_error_t doca_ctx_start(struct doca_ctx *ctx)
 	return DOCA_SUCCESS;
 }
 
+/* DOCA's doca_ctx_stop lists no BAD_STATE: stopping an idle ctx (never
+ * started, or already stopped, e.g. from its RUNNING state callback) is a
+ * no-op that succeeds, and teardown code relies on it. Called from one of
+ * this ctx's task completion callbacks, the stop cannot finish while that
+ * task is being retired: STOPPING and DOCA_ERROR_IN_PROGRESS, IDLE once the
+ * callback has returned (sd_ctx_progress_phase, same doca_pe_progress). */
 SD_EXPORT doca_error_t doca_ctx_stop(struct doca_ctx *ctx)
 {
 	CHECK_CTX(ctx);
 	if (ctx->state == DOCA_CTX_STATE_IDLE)
-		return DOCA_ERROR_BAD_STATE;
+		return DOCA_SUCCESS;
 	if (ctx->state == DOCA_CTX_STATE_STOPPING)
 		return DOCA_ERROR_IN_PROGRESS;
 	ctx->stop_requested = 1;
 	sd_ctx_set_state(ctx, DOCA_CTX_STATE_STOPPING);
 	if (ctx->ops->stop)
 		ctx->ops->stop(ctx);
-	if (atomic_load(&ctx->inflight) != 0)
+	if (atomic_load(&ctx->inflight) != 0 || sd_cb_ctx == ctx)
 		return DOCA_ERROR_IN_PROGRESS;
 	sd_ctx_set_state(ctx, DOCA_CTX_STATE_IDLE);
 	ctx->stop_requested = 0;

@@ -421,6 +421,11 @@ struct doca_pe {
  * connection-ending events (failure, disconnect) AFTER them. */
 enum { SD_PE_PHASE_ANY = 0, SD_PE_PHASE_BEFORE = 1, SD_PE_PHASE_AFTER = 2 };
 extern _Thread_local int sd_pe_phase;
+/* The ctx whose task completion callback runs on this thread (inside
+ * doca_pe_progress), else NULL: doca_ctx_stop of that ctx from its own
+ * callback answers DOCA_ERROR_IN_PROGRESS and finishes after the callback
+ * returns (the task is still being retired), as DOCA does. */
+extern _Thread_local struct doca_ctx *sd_cb_ctx;
 
 /* Signal the pe's notification fd (any thread), e.g. when a ctx event is
  * queued for delivery in progress. */

@@ -181,19 +181,24 @@ static int deliver_completions(struct doca_pe *pe)
 	for (t = batch; t;) {
 		struct doca_task *next = t->cq_next;
 		struct doca_ctx *ctx = t->ctx;
+		struct doca_ctx *outer = sd_cb_ctx;
+
 		t->cq_next = NULL;
 		t->in_flight = 0;
 		atomic_fetch_sub(&ctx->inflight, 1);
+		sd_cb_ctx = ctx;
 		if (t->batch)
 			batch_task_done(t); /* the batch's callback, once all its tasks are done */
 		else
 			t->ops->invoke(t, t->status == DOCA_SUCCESS);
+		sd_cb_ctx = outer;
 		t = next;
 	}
 	return n;
 }
 
 _Thread_local int sd_pe_phase = SD_PE_PHASE_ANY;
+_Thread_local struct doca_ctx *sd_cb_ctx;
 
 int sd_pe_has_completions(struct doca_pe *pe)
 {
