@@ -55,7 +55,7 @@ class Endpoint:
 
     def __init__(self, ep_id: int, path: str, kind: Kind, size: int, handler: Optional[Handler], *,
                  queue: Optional[int] = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
-                 description: str = "", inline: bool = False) -> None:
+                 description: str = "", inline: bool = False, copy: bool = False) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency of {path} must be >= 1")
         if timeout is not None and timeout <= 0:
@@ -64,11 +64,15 @@ class Endpoint:
         self.handler, self.queue, self.description = handler, queue, description
         self.concurrency, self.timeout = concurrency, timeout
         self.inline = inline            # run on the serving thread: no hand-off, for handlers that never block
+        #: a write handler gets a private copy of the data instead of a live view of the requester's slot
+        #: (which the requester may change while the handler runs): for handlers that validate before use
+        self.copy = copy
         if inline and handler is not None and inspect.iscoroutinefunction(handler):
             raise ValueError(f"{path}: an async def handler cannot be inline")
         self.wants_requester = handler is not None and _arity(handler) > (1 if self.kind is Kind.CALL else 2)
         self.mem = np.zeros(size, dtype=np.uint8)
-        self.running = 0
+        self.running = 0                # concurrency permits held: handlers running, stuck ones included
+        self.stuck = 0                  # handlers past their timeout that still hold a thread
         self.waiting: Deque["Request"] = collections.deque()
         self.ops = 0
         self.errors = 0
@@ -93,8 +97,10 @@ class Request:
     length: int
     data: Any                       # write: view of the data; read: view to fill; call: payload bytes
     in_slot: bool                   # read: data is the requester's slot (answer in buffer)
-    job: Optional["Job"] = None
+    job: Optional["Job"] = None     # dropped once answered (no request <-> job cycle outlives it)
     posted: bool = False            # a posted write: answered only if it fails; success returns a credit
+    deadline: Optional[float] = None    # while it waits for a permit: answered HANDLER_ERROR past this
+    stuck: bool = False             # answered after its timeout, its handler still runs and holds the permit
 
 
 __all__ = ["Endpoint", "Handler", "Request", "RequesterInfo"]

@@ -53,8 +53,8 @@ _WANT = {P.MsgType.WRITE: Kind.WRITE, P.MsgType.READ: Kind.READ, P.MsgType.CALL:
 class _Peer:
     """A connected requester: handshake state, credential, private region."""
 
-    def __init__(self, pid: int, conn: Connection, deadline: float) -> None:
-        self.id, self.conn, self.deadline = pid, conn, deadline
+    def __init__(self, pid: int, conn: Connection, deadline: float, source: Optional[str] = None) -> None:
+        self.id, self.conn, self.deadline, self.source = pid, conn, deadline, source
         self.info: Optional[RequesterInfo] = None
         self.ident: Optional[P.Ident] = None
         self.cred: Optional[Credential] = None
@@ -81,11 +81,21 @@ class Responder:
     """Serves endpoints over RDMA. Add endpoints, ``start()``, then ``serve_forever()``."""
 
     def __init__(self, listen: str, *, name: str = "Service", device: Optional[str] = None,
-                 max_connections: int = 32, window: int = 4, ident_timeout: float = 10.0,
+                 max_connections: int = 32, window: int = 4, ident_timeout: float = 2.0,
+                 max_pending: int = 32, max_pending_per_source: int = 16,
                  token: Optional[bytes] = None, credentials: Optional[Mapping[str, Credential]] = None,
                  allow: Optional[Iterable[str]] = None, workers: int = 4, call_timeout: Optional[float] = 30.0,
                  progress_mode: str = "blocking") -> None:
         self.host, self.port = split_address(listen)
+        for what, value in (("max_connections", max_connections), ("max_pending", max_pending),
+                            ("max_pending_per_source", max_pending_per_source)):
+            if value < 1:
+                raise ValueError(f"{what} must be >= 1, got {value}")
+        if not ident_timeout > 0:
+            raise ValueError(f"ident_timeout must be > 0 seconds, got {ident_timeout}")
+        #: handshakes (connected, not yet authenticated) allowed at once, in all and from one address: they
+        #: have a budget of their own, so silent connections never take an authenticated requester's place
+        self.max_pending, self.max_pending_per_source = max_pending, max_pending_per_source
         self.name, self.device_name = name, device
         self.max_connections, self.window, self.ident_timeout = max_connections, window, ident_timeout
         creds: Dict[str, Credential] = dict(credentials or {})
@@ -117,11 +127,12 @@ class Responder:
     # -- definition ---------------------------------------------------------
     def add_endpoint(self, path: str, kind: Union[Kind, str], size: int, handler: Optional[Handler] = None, *,
                      queue: Optional[int] = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
-                     description: str = "", inline: bool = False) -> Endpoint:
+                     description: str = "", inline: bool = False, copy: bool = False) -> Endpoint:
         """Define an endpoint (before ``start()``); ``timeout`` overrides ``call_timeout`` for its handler;
         ``inline=True`` runs the handler on the serving thread (saves the hand-off to the pool, ~15-35 us
         on softdoca on two vCPUs; only for handlers that return at once: a slow one stalls every requester,
-        no timeout)."""
+        no timeout); ``copy=True`` gives a write handler a private copy of the data instead of a live view
+        of the requester's slot (for handlers that validate before use)."""
         if self._started:
             raise RuntimeError("add endpoints before start()")
         if path in self._by_path:
@@ -134,7 +145,7 @@ class Responder:
             raise ValueError("at most 65535 endpoints")
         ep = Endpoint(len(self.endpoints), path, Kind(kind), size, handler, queue=queue, concurrency=concurrency,
                       timeout=timeout if timeout is not None else self.call_timeout, description=description,
-                      inline=inline)
+                      inline=inline, copy=copy)
         self.endpoints.append(ep)
         self._by_path[path] = ep
         return ep
@@ -208,11 +219,16 @@ class Responder:
         self.pe = ProgressEngine(mode=self.progress_mode)
         self._resources.append(self.pe)
         self.pool.kick_engine(self.pe)      # softdoca: finished handlers kick the engine, one wait, no pipe
-        recv_slots = self.max_connections * (2 * self.window + 2)
+        # one replacement thread for each handler that can be stuck past its timeout: at most `concurrency`
+        # per endpoint (then the endpoint answers BUSY), so other endpoints always have workers
+        self.pool.max_workers = self.pool.workers + sum(e.concurrency for e in self.endpoints
+                                                        if e.handler is not None and not e.inline)
+        recv_slots = self.max_connections * (2 * self.window + 2) + 2 * self.max_pending
         send_slots = 64
         self.inventory = BufferInventory(recv_slots + send_slots + 16)
         self._resources.append(self.inventory)
-        self.rdma = Rdma(self.dev, self.pe, max_connections=self.max_connections, recv_queue_size=recv_slots,
+        self.rdma = Rdma(self.dev, self.pe, max_connections=self.max_connections + self.max_pending,
+                         recv_queue_size=recv_slots,
                          send_queue_size=max(256, send_slots), max_tasks=recv_slots + send_slots + 16)
         self.channel = Channel(self.dev, self.rdma, self.inventory, recv_slots=recv_slots, send_slots=send_slots,
                                on_message=lambda c, d: self._inbox.append(("msg", c, d)),
@@ -392,20 +408,36 @@ class Responder:
 
     # -- connections ----------------------------------------------------------------
     def _accept(self, conn: Connection) -> bool:
-        """RDMA CM request policy: allow-list and connection limit, before any memory is spent."""
+        """RDMA CM request policy, before any memory is spent: the allow-list, the connection limit
+        (authenticated requesters), the handshake budget (in all and per source address)."""
         addr = conn.peer_address
-        if not address_allowed(addr[0] if addr else None, self.allow):
-            self.refused += 1
-            log.warning("connection refused: address not in the allow-list", address=addr[0] if addr else None)
-            return False
-        live = sum(not p.gone for p in self._peers.values())
-        if live >= self.max_connections:
-            self.refused += 1
-            log.warning("connection refused: max_connections reached", max_connections=self.max_connections)
-            return False
+        source = addr[0] if addr else None
+        if not address_allowed(source, self.allow):
+            return self._refuse("address not in the allow-list", address=source)
+        ready = pending = from_source = 0
+        for p in self._peers.values():
+            if p.gone:
+                continue
+            if p.ready:
+                ready += 1
+            else:
+                pending += 1
+                from_source += p.source == source
+        if ready >= self.max_connections:
+            return self._refuse("max_connections reached", max_connections=self.max_connections)
+        if pending >= self.max_pending:
+            return self._refuse("too many handshakes pending", max_pending=self.max_pending, address=source)
+        if from_source >= self.max_pending_per_source:
+            return self._refuse("too many handshakes pending from one address", address=source,
+                                max_pending_per_source=self.max_pending_per_source)
         self._next_peer += 1
-        self._peers[conn] = _Peer(self._next_peer, conn, time.monotonic() + self.ident_timeout)
+        self._peers[conn] = _Peer(self._next_peer, conn, time.monotonic() + self.ident_timeout, source)
         return True
+
+    def _refuse(self, why: str, **kw: Any) -> bool:
+        self.refused += 1
+        log.warning(f"connection refused: {why}", **kw)
+        return False
 
     def _dispatch(self, item: Tuple[Any, ...]) -> None:
         kind, conn = item[0], item[1]
@@ -447,15 +479,20 @@ class Responder:
             peer.conn.disconnect()
         self.channel.drop_outbox(peer.conn)
         for ep in self.endpoints:
-            ep.waiting = collections.deque(r for r in ep.waiting if r.peer is not peer)
+            if any(r.peer is peer for r in ep.waiting):
+                kept = collections.deque(r for r in ep.waiting if r.peer is not peer)
+                ep.waiting.clear()
+                ep.waiting.extend(kept)
         self._revoke(peer)
         self._peers.pop(peer.conn, None)
         self.rdma._forget(peer.conn)
 
     def _revoke(self, peer: _Peer) -> None:
+        """Unmap and let go of its private region (handlers still running keep only their views)."""
         rmap, peer.rmap = peer.rmap, None
         if rmap is not None:
             rmap.close()
+        peer.region = None
 
     def _violation(self, peer: _Peer, seq: int, why: str, code: P.Status = P.Status.PROTOCOL_ERROR) -> None:
         """Tell the requester why, then disconnect it (at most 1 s later)."""
@@ -473,13 +510,36 @@ class Responder:
                 self._drop(peer, f"no IDENT/AUTH within {self.ident_timeout:g}s")
         for req in list(self._running):
             job = req.job
-            if job is not None and job.deadline is not None and now >= job.deadline and not job.done:
-                job.timed_out = True
-                self.pool.abandon(job)
-                log.warning("handler timed out", endpoint=req.ep.path, peer=str(req.peer),
-                            seconds=round(now - job.started, 3))
-                self._finish(req, P.Status.HANDLER_ERROR,
-                             f"handler of {req.ep.path} timed out after {now - job.started:.3g}s")
+            if job is None or job.deadline is None or now < job.deadline or job.done:
+                continue
+            state = self.pool.abandon(job)        # a queued job never starts; a running one is left to its thread
+            if state == Job.DONE:
+                continue                          # its result is on its way
+            ep = req.ep
+            if state == Job.RUNNING:
+                req.stuck = True                  # keeps its permit until its handler returns (_on_job)
+                ep.stuck += 1
+            log.warning("handler timed out", endpoint=ep.path, peer=str(req.peer), started=state == Job.RUNNING,
+                        seconds=round(now - job.started, 3), stuck=ep.stuck)
+            self._finish(req, P.Status.HANDLER_ERROR,
+                         f"handler of {ep.path} timed out after {now - job.started:.3g}s")
+            if ep.stuck >= ep.concurrency:
+                self._refuse_waiting(ep, P.Status.BUSY, self._stuck_message(ep))
+        for ep in self.endpoints:                 # requests waiting for a permit past their handler's timeout
+            waiting = ep.waiting
+            while waiting and waiting[0].deadline is not None and now >= waiting[0].deadline:
+                req = waiting.popleft()
+                self._finish(req, P.Status.HANDLER_ERROR, f"request to {ep.path} waited {ep.timeout:g}s for a "
+                             "handler and timed out (the endpoint is saturated: raise its concurrency or timeout)")
+
+    @staticmethod
+    def _stuck_message(ep: Endpoint) -> str:
+        return (f"{ep.path} is busy: all {ep.concurrency} of its handlers are stuck past their "
+                f"{ep.timeout:g}s timeout")
+
+    def _refuse_waiting(self, ep: Endpoint, code: P.Status, message: str) -> None:
+        while ep.waiting:
+            self._finish(ep.waiting.popleft(), code, message)
 
     # -- handshake ---------------------------------------------------------------------
     def _send(self, peer: _Peer, msg: P.Message, seq: int, flags: int = 0,
@@ -525,15 +585,23 @@ class Responder:
             msg.mac, client_mac(peer.cred.token, ident.nonce, peer.nonce, ident.name, ident.key_id))
         if not ok or peer.cred is None:
             self.refused += 1
-            why = "unknown key id" if peer.cred is None else "wrong token"
-            self._violation(peer, 0, f"authentication failed ({why}): use the token from the responder's "
-                                     "descriptor file or --token-file", P.Status.REJECTED)
+            # the requester is told the same either way: which key ids exist is nobody's business
+            log.warning("authentication failed", peer=str(peer), key_id=ident.key_id,
+                        reason="unknown key id" if peer.cred is None else "wrong token")
+            self._violation(peer, 0, "authentication failed (unknown key id or wrong token): use the key id and "
+                                     "token from the responder's descriptor file or --token-file",
+                            P.Status.REJECTED)
             return
         self._welcome(peer, peer.cred)
 
     def _welcome(self, peer: _Peer, cred: Credential) -> None:
         """Authenticated: build its private region and send the hello."""
         assert peer.ident is not None
+        if sum(p.ready and not p.gone for p in self._peers.values()) >= self.max_connections:
+            self.refused += 1
+            self._violation(peer, 0, f"connection limit reached ({self.max_connections} requesters): try again "
+                                     "later", P.Status.BUSY)
+            return
         addr = peer.conn.peer_address if peer.conn.incoming else None
         peer.info = RequesterInfo(peer.id, peer.ident.name or f"peer{peer.id}",
                                   f"{addr[0]}:{addr[1]}" if addr else None, peer.ident.key_id)
@@ -588,12 +656,17 @@ class Responder:
         in_slot = False
         if want is Kind.WRITE:
             data = peer.slot_view(ep, msg.offset, msg.length) if in_buffer else memoryview(msg.payload)
+            if ep.copy and in_buffer:
+                data = memoryview(bytearray(data))
         elif want is Kind.CALL:
             data = bytes(peer.slot_view(ep, 0, msg.length)) if in_buffer else msg.payload
         elif msg.length > P.INLINE_MAX:
             data, in_slot = peer.slot_view(ep, msg.offset, msg.length), True
         else:
             data = memoryview(bytearray(msg.length))
+        if ep.stuck >= ep.concurrency:
+            self._status(peer, seq, P.Status.BUSY, self._stuck_message(ep), flags=pf)
+            return
         req = Request(peer, seq, ep, msg.offset, msg.length, data, in_slot, posted=bool(flags & P.FLAG_POSTED))
         if ep.running < ep.concurrency and not ep.waiting:
             peer.posted_open += req.posted
@@ -604,6 +677,8 @@ class Responder:
                                                                            else ""), flags=pf)
         else:
             peer.posted_open += req.posted
+            if ep.timeout is not None and ep.handler is not None and not ep.inline:
+                req.deadline = time.monotonic() + ep.timeout
             ep.waiting.append(req)
 
     def _begin(self, req: Request) -> None:
@@ -631,6 +706,11 @@ class Responder:
         req: Request = job.context
         if job.timed_out:
             log.info("timed-out handler finished late; result dropped", endpoint=req.ep.path)
+            if req.stuck:                         # its permit is free only now
+                req.stuck = False
+                req.ep.stuck -= 1
+                req.ep.running -= 1
+                self._start_waiting(req.ep)
             return
         if job.error is not None:
             exc = job.error
@@ -710,12 +790,18 @@ class Responder:
         self._release(req)
 
     def _release(self, req: Request) -> None:
-        """The request is answered: free its concurrency permit, start the next waiting one."""
+        """The request is answered: free its concurrency permit (unless its handler is stuck past its
+        timeout: then when it returns), start the next waiting one."""
+        req.job = None
         if req not in self._running:
             return
         self._running.remove(req)
-        ep = req.ep
-        ep.running -= 1
+        if req.stuck:
+            return
+        req.ep.running -= 1
+        self._start_waiting(req.ep)
+
+    def _start_waiting(self, ep: Endpoint) -> None:
         while ep.running < ep.concurrency and ep.waiting:
             nxt = ep.waiting.popleft()
             if not nxt.peer.gone and nxt.peer.kill_at is None:

@@ -35,9 +35,16 @@ log = get_logger()
 
 
 class Job:
-    """One handler invocation; ``value``/``error`` are set when ``done``."""
+    """One handler invocation; ``value``/``error`` are set when ``done``.
 
-    __slots__ = ("fn", "args", "context", "deadline", "value", "error", "done", "timed_out", "started", "future")
+    ``state`` moves QUEUED -> RUNNING -> DONE on a worker, or QUEUED -> ABANDONED when it timed out
+    before a worker took it (it then never runs); both moves happen under the pool's lock, so a job
+    is either abandoned or run, never both."""
+
+    QUEUED, RUNNING, DONE, ABANDONED = "queued", "running", "done", "abandoned"
+
+    __slots__ = ("fn", "args", "context", "deadline", "value", "error", "done", "timed_out", "started", "future",
+                 "state", "replaced")
 
     def __init__(self, fn: Callable[..., Any], args: Tuple[Any, ...], context: Any, timeout: Optional[float]) -> None:
         self.fn, self.args, self.context = fn, args, context
@@ -46,8 +53,10 @@ class Job:
         self.value: Any = None
         self.error: Optional[BaseException] = None
         self.done = False
-        self.timed_out = False
+        self.timed_out = False      # abandoned while RUNNING: its thread is stuck in it and was replaced
         self.future: Any = None
+        self.state = Job.QUEUED
+        self.replaced = False       # its stuck thread got a replacement (the pool's own accounting)
 
     def run(self) -> None:
         try:
@@ -57,7 +66,8 @@ class Job:
 
 
 class HandlerPool:
-    """``workers`` threads (growing up to ``max_workers`` while some are stuck)."""
+    """``workers`` threads, plus one replacement for each job stuck past its timeout (up to ``max_workers``
+    threads in all); a replacement goes again when the stuck job finally returns."""
 
     def __init__(self, workers: int = 4, *, max_workers: Optional[int] = None, name: str = "pydoca-handler") -> None:
         if workers < 1:
@@ -70,6 +80,7 @@ class HandlerPool:
         self._threads: List[threading.Thread] = []
         self._idle = 0
         self._limit = workers
+        self._serial = 0
         self._lock = threading.Lock()
         self._rfd, self._wfd = os.pipe()
         os.set_blocking(self._rfd, False)
@@ -150,23 +161,29 @@ class HandlerPool:
             spawn = self._idle <= 0 and len(self._threads) < self._limit
             if not spawn:
                 self._idle -= 1
-        if spawn:
-            t = threading.Thread(target=self._worker, name=f"{self.name}-{len(self._threads)}", daemon=True)
-            self._threads.append(t)
-            t.start()
+            else:
+                self._spawn_locked()
         self._jobs.append(job)
         with self._lock:
             self._unsignaled += 1
         if not self.defer:
             self.signal()
 
-    def replace_stuck(self) -> None:
-        """A job outlived its timeout and still holds a thread: allow one more (up to ``max_workers``)."""
+    def _spawn_locked(self) -> None:
+        self._serial += 1
+        t = threading.Thread(target=self._worker, name=f"{self.name}-{self._serial}", daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    @property
+    def threads(self) -> int:
+        """Worker threads alive now (stuck ones included)."""
         with self._lock:
-            self._limit = min(self.max_workers, self._limit + 1)
+            return len(self._threads)
 
     def _worker(self) -> None:
         h, finished = self._h, 0
+        me = threading.current_thread()
         while True:
             got = lib.pydoca_handoff_take(h, finished, 1000)   # notifies the previous job's finish first
             finished = 0
@@ -178,10 +195,32 @@ class HandlerPool:
                 job = self._jobs.popleft()
             except IndexError:                # cannot happen while counts match the deque; never fatal
                 continue
-            job.run()
-            self._queue_finished(job)     # the serving thread is notified by the next take, lock let go
             with self._lock:
-                self._idle += 1
+                run = job.state == Job.QUEUED
+                job.state = Job.RUNNING if run else job.state
+                if not run:                   # abandoned while queued: it never runs
+                    self._idle += 1
+            if not run:
+                del job
+                continue
+            job.run()
+            with self._lock:
+                job.state = Job.DONE
+                if job.replaced:               # its replacement took over: one of the two goes
+                    self._limit -= 1
+                    leave = len(self._threads) > self._limit
+                    if leave:
+                        self._threads.remove(me)
+                    else:
+                        self._idle += 1
+                else:
+                    leave = False
+                    self._idle += 1
+            self._queue_finished(job)     # the serving thread is notified by the next take, lock let go
+            del job                       # nothing of a finished request stays reachable from an idle worker
+            if leave:
+                lib.pydoca_handoff_notify(h)
+                return
             finished = 1
 
     def _queue_finished(self, job: Job) -> None:
@@ -201,18 +240,42 @@ class HandlerPool:
 
         async def run() -> None:
             try:
+                with self._lock:
+                    if job.state != Job.QUEUED:   # abandoned before the loop got to it: never runs
+                        return
+                    job.state = Job.RUNNING
                 job.value = await job.fn(*job.args)
             except BaseException as exc:  # noqa: BLE001 - handed to the serving thread
                 job.error = exc
+            with self._lock:
+                job.state = Job.DONE
             self._finish(job)
         job.future = asyncio.run_coroutine_threadsafe(run(), self._loop)
 
-    def abandon(self, job: Job) -> None:
-        """A job timed out: cancel it if it is a coroutine, else allow a replacement thread."""
-        if job.future is not None:
-            job.future.cancel()
-        else:
-            self.replace_stuck()
+    def abandon(self, job: Job) -> str:
+        """A job outlived its timeout; returns the state it was in. ``Job.QUEUED``: it never starts (and never
+        comes back through :meth:`take`); ``Job.RUNNING``: it is cancelled if a coroutine, else its thread is
+        left to it and replaced, and it comes back through :meth:`take` with ``timed_out`` set when it returns;
+        ``Job.DONE``: it finished meanwhile, nothing changed."""
+        with self._lock:
+            state = job.state
+            if state == Job.QUEUED:
+                job.state = Job.ABANDONED
+                job.args, job.context = (), None          # its request's buffers are not held any longer
+            elif state == Job.RUNNING:
+                job.timed_out = True
+                if job.future is None and self._limit < self.max_workers:
+                    self._limit += 1
+                    job.replaced = True
+                    if self._idle < 0 and len(self._threads) < self._limit:   # jobs wait for a thread now
+                        self._idle += 1
+                        self._spawn_locked()
+        future = job.future
+        if future is not None and state in (Job.QUEUED, Job.RUNNING):
+            future.cancel()
+            if state == Job.QUEUED:
+                job.future = None         # it never comes back through take(): no cycle through its task
+        return state
 
     def take(self) -> List[Job]:
         """Jobs finished since the last call (and drains the wake-up pipe, unless the pool kicks an engine)."""
@@ -224,7 +287,9 @@ class HandlerPool:
                 pass
         out = []
         while self.finished:
-            out.append(self.finished.popleft())
+            job = self.finished.popleft()
+            job.future = None             # its future -> task -> coroutine -> job cycle ends here
+            out.append(job)
         return out
 
     def close(self, timeout: float = 1.0) -> None:
@@ -235,9 +300,11 @@ class HandlerPool:
         self.signal()                     # jobs already submitted still run
         lib.pydoca_handoff_close(self._h)     # then each worker returns; nobody is notified any more
         deadline = time.monotonic() + timeout
-        for t in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        stuck = [t.name for t in self._threads if t.is_alive()]
+        stuck = [t.name for t in threads if t.is_alive()]
         if stuck:
             log.warning("handlers still running at close", threads=stuck)
         if self._loop is not None and self._loop_thread is not None:

@@ -213,6 +213,8 @@ class Rdma(SyncEventTasksMixin, BatchMixin, Context):
         self._notify(conn)
         if conn.closed:
             self._forget(conn)     # the Connection object stays valid for its holders
+            if conn.incoming and self._ready and conn in self._ready:
+                self._ready.remove(conn)   # nothing keeps a departed peer's connection until a prune
 
     def _fail(self, conn: Connection) -> None:
         """Give up on one connection: reject or disconnect it (DOCA may already
