@@ -23,7 +23,14 @@ def register(subparsers: Any) -> None:
                    help="publish the service in a metadata store (dir:/path or etcd://host:port) for "
                         "Requester.discover")
     p.add_argument("--device", metavar="IBDEV", help="DOCA device (default: the one with the listen address)")
-    p.add_argument("--max-connections", type=int, default=32, metavar="N")
+    p.add_argument("--max-connections", type=int, default=32, metavar="N",
+                   help="authenticated requesters served at once (default 32)")
+    p.add_argument("--max-pending", type=int, default=32, metavar="N",
+                   help="handshakes in progress at once, a budget of their own (default 32)")
+    p.add_argument("--max-pending-per-source", type=int, default=16, metavar="N",
+                   help="handshakes in progress at once from one address (default 16)")
+    p.add_argument("--ident-timeout", type=float, default=2.0, metavar="S",
+                   help="seconds a connection may take to identify and authenticate (default 2)")
     p.add_argument("--workers", type=int, default=4, metavar="N", help="handler threads (default 4)")
     p.add_argument("--call-timeout", type=float, default=30.0, metavar="S",
                    help="answer HANDLER_ERROR when a handler runs longer (default 30; per endpoint: 'timeout')")
@@ -59,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         token = secrets.token_bytes(16)
     spec = load_spec(args.spec)
     resp = Responder.from_spec(spec, args.listen, device=args.device, max_connections=args.max_connections,
+                               max_pending=args.max_pending, max_pending_per_source=args.max_pending_per_source,
+                               ident_timeout=args.ident_timeout,
                                token=token, allow=args.allow, workers=args.workers, call_timeout=args.call_timeout,
                                progress_mode="polling" if args.polling else "blocking")
 
