@@ -58,6 +58,39 @@ RUNTIME = [
 ]
 
 
+def _without_rpath(args: list) -> list:
+    """A link command without its run-path options (-Wl,-rpath,DIR, -Wl,-R,DIR,
+    -Wl,-rpath=DIR, -Wl,--enable-new-dtags...; -Xlinker -rpath -Xlinker DIR)."""
+    out = []
+    skip = 0
+    for i, arg in enumerate(args):
+        if skip:
+            skip -= 1
+            continue
+        if arg.startswith("-Wl,"):
+            parts = arg[4:].split(",")
+            kept = []
+            j = 0
+            while j < len(parts):
+                p = parts[j]
+                if p in ("-rpath", "-R", "--rpath"):
+                    j += 2
+                    continue
+                if p.startswith(("-rpath=", "--rpath=", "-R/")):
+                    j += 1
+                    continue
+                kept.append(p)
+                j += 1
+            if kept:
+                out.append("-Wl," + ",".join(kept))
+            continue
+        if arg == "-Xlinker" and args[i + 1:i + 2] in (["-rpath"], ["-R"]):
+            skip = 3  # -rpath -Xlinker DIR
+            continue
+        out.append(arg)
+    return out
+
+
 class BuildExt(build_ext):
     """Names the softdoca libraries as DOCA does and writes the rest of the runtime."""
 
@@ -70,12 +103,25 @@ class BuildExt(build_ext):
         return super().get_ext_filename(fullname)
 
     def build_extension(self, ext: Extension) -> None:
+        if ext not in RUNTIME:
+            super().build_extension(ext)
+            return
         if getattr(ext, "_softdoca_link_common", False):
             # After the sources: the full path of the (already built) libdoca_common,
             # kept as a dependency even when unused (--no-as-needed).
             common = os.path.join(os.path.dirname(self._regular_path(ext.name)), GEN.soname("doca_common"))
             ext.extra_link_args = list(ext.extra_link_args) + ["-Wl,-rpath,$ORIGIN", "-Wl,--no-as-needed", common]
-        super().build_extension(ext)
+        # The runtime libraries carry no run path but $ORIGIN: the link command of
+        # this Python (LDSHARED, LDFLAGS) may name its own library folder with
+        # -Wl,-rpath (pyenv, conda), which has nothing to do with DOCA programs.
+        linker = getattr(self.compiler, "linker_so", None)
+        if linker is not None:
+            self.compiler.linker_so = _without_rpath(linker)
+        try:
+            super().build_extension(ext)
+        finally:
+            if linker is not None:
+                self.compiler.linker_so = linker
 
     def _regular_path(self, fullname: str) -> str:
         old, self.inplace = self.inplace, 0
