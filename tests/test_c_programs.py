@@ -23,7 +23,8 @@ from pydoca.cli import softdoca as sd_cli
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "c"
-PROGRAMS = ("rdma_write", "rdma_read", "rdma_send", "rdma_send_imm", "rdma_write_imm", "rdma_atomic")
+PROGRAMS = ("rdma_write", "rdma_read", "rdma_send", "rdma_send_imm", "rdma_write_imm", "rdma_atomic",
+            "rdma_sync_event")
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("pkg-config") is None,
                                 reason="gcc and pkg-config are needed")
@@ -114,6 +115,12 @@ def test_c_program_pair(bins: Path, tmp_path: Path, prog: str, cm: bool) -> None
             assert "immediate 0xc0ffee01" in resp
     elif prog == "rdma_write_imm":
         assert f'immediate 0xbeef0042, memory holds "{message}"' in resp
+    elif prog == "rdma_sync_event":
+        # NVIDIA's sample style: stopped from a callback, stopped again at teardown
+        assert "requester: notify_add saw 2" in req and "responder: sync event reached 3" in resp
+        for out, role in ((req, "requester"), (resp, "responder")):
+            assert f"{role}: context stopped twice, sync event exchange complete" in out
+            assert "ERR" not in out, out
     else:
         assert "fetch_add saw 40, cmp_swp saw 42" in req and "word is 1000" in resp
 

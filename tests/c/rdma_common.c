@@ -193,7 +193,7 @@ static doca_error_t read_file(struct rt *rt, const char *name, char **data, size
 			DOCA_LOG_ERR("timed out waiting for %s", path);
 			return DOCA_ERROR_TIME_OUT;
 		}
-		if (rt->pe)
+		if (rt->pe && !rt->in_cb)
 			doca_pe_progress(rt->pe);
 		usleep(1000);
 	}
@@ -264,6 +264,14 @@ static void state_changed_cb(const union doca_data user_data, struct doca_ctx *c
 	(void)prev;
 	rt->state = next;
 	DOCA_LOG_DBG("ctx state %d -> %d", (int)prev, (int)next);
+	if (next == DOCA_CTX_STATE_RUNNING) {
+		rt->was_running = true;
+		if (rt->hooks && rt->hooks->running) {
+			rt->in_cb = true;
+			rt->hooks->running(rt);
+			rt->in_cb = false;
+		}
+	}
 }
 
 static void conn_request_cb(struct doca_rdma_connection *conn, union doca_data ctx_user_data)
@@ -287,6 +295,11 @@ static void conn_established_cb(struct doca_rdma_connection *conn, union doca_da
 	(void)conn_user_data;
 	rt->conn = conn;
 	rt->connected = true;
+	if (rt->hooks && rt->hooks->established) {
+		rt->in_cb = true;
+		rt->hooks->established(rt);
+		rt->in_cb = false;
+	}
 }
 
 static void conn_failure_cb(struct doca_rdma_connection *conn, union doca_data conn_user_data,
@@ -361,12 +374,35 @@ void rt_free_receive(struct doca_rdma_task_receive *task)
 doca_error_t rt_open(struct rt *rt, struct rt_cfg *cfg, uint32_t mmap_perm, uint32_t rdma_perm,
 		     doca_error_t (*configure_tasks)(struct rt *rt))
 {
+	return rt_open_with(rt, cfg, mmap_perm, rdma_perm, configure_tasks, NULL, NULL);
+}
+
+doca_error_t rt_progress_until_idle(struct rt *rt, unsigned timeout_ms)
+{
+	uint64_t deadline = now_ms() + timeout_ms;
+
+	while (rt->state != DOCA_CTX_STATE_IDLE) {
+		if (now_ms() > deadline) {
+			DOCA_LOG_ERR("timed out waiting for the context to stop");
+			return DOCA_ERROR_TIME_OUT;
+		}
+		if (!doca_pe_progress(rt->pe))
+			usleep(100);
+	}
+	return DOCA_SUCCESS;
+}
+
+doca_error_t rt_open_with(struct rt *rt, struct rt_cfg *cfg, uint32_t mmap_perm, uint32_t rdma_perm,
+			  doca_error_t (*configure_tasks)(struct rt *rt), const struct rt_hooks *hooks, void *app)
+{
 	union doca_data data = {.ptr = rt};
 	doca_error_t rc;
 	uint64_t deadline;
 
 	memset(rt, 0, sizeof(*rt));
 	rt->cfg = cfg;
+	rt->hooks = hooks;
+	rt->app = app;
 	rt->responder = !strcmp(cfg->role, "responder");
 	rt->mem = aligned_alloc(64, RT_MEM_SIZE);
 	if (!rt->mem)
@@ -401,7 +437,7 @@ doca_error_t rt_open(struct rt *rt, struct rt_cfg *cfg, uint32_t mmap_perm, uint
 	TRY(doca_pe_connect_ctx(rt->pe, rt->ctx));
 	TRY(doca_ctx_start(rt->ctx));
 	deadline = now_ms() + 5000;
-	while (rt->state != DOCA_CTX_STATE_RUNNING) {
+	while (!rt->was_running) {
 		if (now_ms() > deadline)
 			return DOCA_ERROR_TIME_OUT;
 		doca_pe_progress(rt->pe);

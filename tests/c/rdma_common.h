@@ -36,8 +36,24 @@ struct rt_cfg {
 	char message[256];   /* -m: the bytes to move */
 };
 
+struct rt;
+
+/* Optional callbacks of a program written in the DOCA samples' style, which
+ * does its work from the context's callbacks: running() from the RUNNING
+ * state callback, established() from the connection-established callback.
+ * Inside them rt->in_cb is set: the helpers then wait without progressing the
+ * engine (no doca_pe_progress from inside a callback). */
+struct rt_hooks {
+	void (*running)(struct rt *rt);
+	void (*established)(struct rt *rt);
+};
+
 struct rt {
 	struct rt_cfg *cfg;
+	const struct rt_hooks *hooks;
+	bool in_cb;
+	bool was_running;           /* the RUNNING state callback ran */
+	void *app;                  /* the program's own state */
 	bool responder;
 	struct doca_dev *dev;
 	struct doca_pe *pe;
@@ -59,6 +75,11 @@ doca_error_t rt_args(int argc, char **argv, struct rt_cfg *cfg);
 /* Open everything; configure_tasks is called before the ctx starts. */
 doca_error_t rt_open(struct rt *rt, struct rt_cfg *cfg, uint32_t mmap_perm, uint32_t rdma_perm,
 		     doca_error_t (*configure_tasks)(struct rt *rt));
+/* The same, with hooks (NULL: none); returns once the RUNNING callback ran. */
+doca_error_t rt_open_with(struct rt *rt, struct rt_cfg *cfg, uint32_t mmap_perm, uint32_t rdma_perm,
+			  doca_error_t (*configure_tasks)(struct rt *rt), const struct rt_hooks *hooks, void *app);
+/* Progress until the ctx is IDLE (timeout_ms at most). */
+doca_error_t rt_progress_until_idle(struct rt *rt, unsigned timeout_ms);
 doca_error_t rt_connect(struct rt *rt);
 /* Export our mmap to <dir>/<name>; import the peer's from <dir>/<name>. */
 doca_error_t rt_export_mmap(struct rt *rt, const char *name);
