@@ -165,7 +165,8 @@ class Device(Resource):
         """Open the device a connection with ``host`` uses: the one owning
         ``host`` when it is a local address (an unspecified one: lo's), else the
         one owning the source address of the kernel's route to it."""
-        ip = str(socket.getaddrinfo(host, None)[0][4][0])
+        from .address import resolve
+        ip = resolve(host)                       # UnknownHost names the host
         if ipaddress.ip_address(ip).is_unspecified:
             return cls.open(iface="lo")
         try:

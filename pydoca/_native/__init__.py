@@ -155,7 +155,10 @@ def _select() -> BackendInfo:
     choice = os.environ.get("PYDOCA_BACKEND", "auto").strip().lower() or "auto"
     attempts: List[str] = []
     if choice not in ("auto", "doca", "soft"):
-        raise BackendError(f"PYDOCA_BACKEND={choice!r}: expected auto, doca or soft")
+        import difflib
+        close = difflib.get_close_matches(choice, ("auto", "doca", "soft"), n=1, cutoff=0.5)
+        raise BackendError(f"PYDOCA_BACKEND={choice!r} is not a backend: expected auto, doca or soft"
+                           + (f" (did you mean {close[0]!r}?)" if close else ""))
     if choice == "soft":
         return _load_soft("PYDOCA_BACKEND=soft", attempts)
     info = _try_doca(attempts)

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import resource
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 MEMLOCK_MIN = 64 << 20  # below this, real RDMA registrations of any size fail
 SYS_IB = "/sys/class/infiniband"
@@ -27,26 +28,62 @@ def _limit(value: int) -> Optional[int]:
     return None if value == resource.RLIM_INFINITY else value
 
 
+BACKENDS = ("auto", "doca", "soft")
+
+
+def backend_choice(env: Optional[str]) -> Tuple[str, str, Optional[str]]:
+    """(status, detail, hint) of a PYDOCA_BACKEND value, read the way pydoca._native reads it."""
+    if env is None:
+        return "ok", "unset (auto: real DOCA when it loads, else softdoca)", None
+    choice = env.strip().lower() or "auto"
+    if choice in BACKENDS:
+        return "ok", f"PYDOCA_BACKEND={env!r}", None
+    close = difflib.get_close_matches(choice, BACKENDS, n=1, cutoff=0.5)
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    return ("error", f"PYDOCA_BACKEND={env!r} is not a backend: every command that uses DOCA fails",
+            f"{guess}set PYDOCA_BACKEND to auto (real DOCA, else softdoca), doca (real DOCA only) or soft "
+            "(softdoca), or unset it")
+
+
+def _backend_failed(report: Report, env: Optional[str], exc: BaseException) -> None:
+    """Explain why no backend loaded, by what PYDOCA_BACKEND asked for."""
+    choice = (env or "auto").strip().lower() or "auto"
+    report["backend_error"] = str(exc)
+    if choice not in BACKENDS:
+        hint = backend_choice(env)[2]
+    elif choice == "doca":
+        where = os.environ.get("PYDOCA_DOCA_LIB_DIR")
+        hint = ("PYDOCA_BACKEND=doca requires NVIDIA DOCA's libdoca_common.so and libdoca_rdma.so: install DOCA, "
+                + (f"check PYDOCA_DOCA_LIB_DIR={where!r} (it must hold both libraries), " if where else
+                   "set PYDOCA_DOCA_LIB_DIR to the directory holding them, ")
+                + "or set PYDOCA_BACKEND=auto (softdoca when DOCA is absent) or soft")
+    elif choice == "soft" or "softdoca" in str(exc):
+        lib = os.environ.get("PYDOCA_SOFTDOCA_LIB")
+        hint = (f"PYDOCA_SOFTDOCA_LIB={lib!r} must be a softdoca build (unset it to use the one installed)"
+                if lib else "reinstall pydoca (pip install .): its softdoca library is missing or broken")
+    else:
+        hint = "reinstall pydoca (pip install .) or fix the DOCA installation / PYDOCA_DOCA_LIB_DIR"
+    _check(report, "backend", "error", str(exc), hint)
+
+
 def collect() -> Report:
     """Gather the doctor report as a JSON-ready dict."""
     from ..ports import sysfs_root
 
     sys_ib = os.path.join(sysfs_root(), "class", "infiniband")   # SYS_IB, or under $PYDOCA_SYSFS_ROOT
     env = os.environ.get("PYDOCA_BACKEND")
-    soft_lim, hard_lim = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    soft_lim, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     report: Report = {"backend": None, "runtime_version": None, "optional_missing": [], "devices": [],
                       "PYDOCA_BACKEND": env,
-                      "memlock": {"soft": _limit(soft_lim), "hard": _limit(hard_lim)},
+                      "memlock": {"soft": _limit(soft_lim), "hard": _limit(_hard)},
                       "sys_class_infiniband": sorted(os.listdir(sys_ib)) if os.path.isdir(sys_ib) else None,
                       "checks": []}
-    _check(report, "PYDOCA_BACKEND", "ok" if (env or "auto").strip().lower() in ("auto", "doca", "soft")
-           else "error", f"PYDOCA_BACKEND={env!r}" if env is not None else "unset (auto)",
-           "set PYDOCA_BACKEND to auto, doca or soft")
+    _check(report, "PYDOCA_BACKEND", *backend_choice(env))
     try:
         from .._native import backend, ffi, lib
-    except ImportError as exc:
-        _check(report, "backend", "error", str(exc),
-               "reinstall pydoca (pip install .) or fix the DOCA installation / PYDOCA_DOCA_LIB_DIR")
+    except ImportError as exc:          # BackendError: a bad PYDOCA_BACKEND, DOCA absent, softdoca broken
+        _backend_failed(report, env, exc)
+        _system(report, sys_ib, soft=(env or "").strip().lower() not in ("doca",))
         return report
     report["backend"] = {"name": backend.name, "paths": list(backend.paths), "version": backend.version,
                          "reason": backend.reason, "attempts": list(backend.attempts)}
@@ -60,6 +97,13 @@ def collect() -> Report:
         _check(report, "backend", "ok", f"real DOCA {backend.version} from {', '.join(backend.paths)}")
     _versions(report, backend)
     _ports(report, _devices(report), soft)
+    _system(report, sys_ib, soft)
+    return report
+
+
+def _system(report: Report, sys_ib: str, soft: bool) -> None:
+    """The kernel's RDMA devices and the memlock limit (no backend needed)."""
+    soft_lim = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
     if report["sys_class_infiniband"] is None:
         _check(report, "kernel RDMA", "info" if soft else "error", f"{sys_ib} does not exist",
                "real DOCA needs the mlx5 driver (modprobe mlx5_core mlx5_ib) and rdma-core")
@@ -70,7 +114,6 @@ def collect() -> Report:
            "memlock " + ("unlimited" if soft_lim == resource.RLIM_INFINITY else f"{soft_lim} bytes")
            + (" (softdoca does not pin pages)" if soft and low else ""),
            "raise it: ulimit -l unlimited, or a memlock line in /etc/security/limits.conf" if low else None)
-    return report
 
 
 def _versions(report: Report, backend: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Callable, List, Optional, Sequence
 
@@ -27,7 +28,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run ``pydoca`` with ``argv`` (default: sys.argv[1:]); returns the exit code."""
+    """Run ``pydoca`` with ``argv`` (default: sys.argv[1:]); returns the exit code.
+
+    Building the parser, ``--help`` and argument errors never load the DOCA
+    backend; a command loads it when it first uses DOCA. A closed stdout (``pydoca
+    devices --json | head``) ends the command quietly with exit status 0."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     args = parser.parse_args(None if argv is None else list(argv))
     run: Optional[Runner] = getattr(args, "run", None)
@@ -38,11 +51,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the CLI reports every failure in one line
         if args.debug:
             raise
-        print(f"pydoca {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"pydoca {args.command}: error: {type(exc).__name__}: {exc}{_hint(exc)}", file=sys.stderr)
         return 1
+
+
+def _hint(exc: BaseException) -> str:
+    """What to run next, for errors whose message does not say it."""
+    if type(exc).__name__ == "BackendError":      # pydoca._native's (importing it would load a backend)
+        return " (`pydoca doctor` explains)"
+    return ""
+
+
+def _quiet_stdout() -> None:
+    """The reader of stdout went away: send what is left to /dev/null, so the flush at exit raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):     # stdout is not a file (e.g. captured in tests)
+        pass
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> List[str]:

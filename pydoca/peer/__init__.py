@@ -12,12 +12,31 @@ same connection (see :mod:`pydoca.peer.protocol`). Errors come back typed:
 """
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (Busy, Disconnected, HandlerError, NotFound, PeerError, PeerTimeout, ProtocolError, Rejected,
                      StaleDescriptor, TooLarge, Unavailable)
 from .files import ResponderFile, read_responder_file
-from .requester import EndpointInfo, Requester
-from .responder import Endpoint, RequesterInfo, Responder
 from .spec import EndpointSpec, Kind, ServiceSpec, SpecError, load_spec, parse_spec
+
+if TYPE_CHECKING:
+    from .requester import EndpointInfo as EndpointInfo, Requester as Requester
+    from .responder import Endpoint as Endpoint, RequesterInfo as RequesterInfo, Responder as Responder
+
+# Imported on first use: they load the DOCA backend, which the spec, codegen and errors never need
+# (`pydoca codegen`, `pydoca --help` run without one).
+_LAZY = {"EndpointInfo": ".requester", "Requester": ".requester", "Endpoint": ".responder",
+         "RequesterInfo": ".responder", "Responder": ".responder"}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'pydoca.peer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = ["Busy", "Disconnected", "Endpoint", "EndpointInfo", "EndpointSpec", "HandlerError", "Kind", "NotFound",
            "PeerError", "PeerTimeout", "ProtocolError", "Rejected", "Requester", "RequesterInfo", "Responder",

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import Dict, Iterable, List, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Sequence, Set, Tuple
 
 from .errors import PeerError
-from .requester import Requester
 from .spec import EndpointSpec, Kind, ServiceSpec
+
+if TYPE_CHECKING:       # the generator itself never loads a DOCA backend (pydoca codegen)
+    from .requester import Requester
 
 Contract = Sequence[Tuple[str, str, int]]
 _RESERVED = {"close", "requester", "endpoints", "contract"}

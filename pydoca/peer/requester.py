@@ -40,6 +40,7 @@ from .errors import (Disconnected, NotFound, PeerError, PeerTimeout, ProtocolErr
                      TooLarge, Unavailable, error_for)
 from .files import check_not_stale, read_responder_file
 from .ops import EndpointInfo, Op, Posted, Remote
+from ..address import looks_like_address, resolve
 from .spec import split_address
 
 log = get_logger()
@@ -155,6 +156,8 @@ class Requester:
             return cls.from_descriptor(target, **kw)
         if _is_address(target):
             return cls.connect(target, **kw)
+        if looks_like_address(target):
+            split_address(target)              # raises what is wrong with it (e.g. a port out of range)
         why = "a directory" if os.path.isdir(target) else "no such file"
         raise ValueError(f"target {target!r} is neither HOST:PORT nor a readable descriptor file ({why}); "
                          "give e.g. 127.0.0.1:18515 or the file written by 'pydoca serve --descriptor-file'")
@@ -182,7 +185,7 @@ class Requester:
                                on_message=self._on_message, on_imm=self._on_imm)
         self.rdma.on_connection = self._on_conn
         self.channel.post_all()
-        ip = str(socket.getaddrinfo(host, None)[0][4][0])
+        ip = resolve(host)                       # UnknownHost names the host
         try:
             self.conn = self.rdma.connect_to(ip, port)
             self.conn.wait_established(timeout)

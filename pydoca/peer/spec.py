@@ -31,6 +31,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import yaml
 
+from ..address import split_address as _split_address
+
 SPEC_VERSION = 1
 DEFAULT_QUEUE: Optional[int] = None      # bounded by max_connections x window
 _PATH_RE = re.compile(r"^/[A-Za-z0-9_.\-/]{0,254}$")
@@ -206,12 +208,9 @@ def resolve_handler(ref: str, base_dir: Optional[str] = None) -> Callable[..., A
 
 
 def split_address(text: str) -> Tuple[str, int]:
-    """``"HOST:PORT"`` / ``"[v6]:PORT"`` -> (host, port); ValueError when malformed."""
-    host, sep, port = text.strip().rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    return host, int(port)
+    """``"HOST:PORT"`` / ``"[v6]:PORT"`` -> (host, port); ValueError naming what is wrong when malformed
+    (:func:`pydoca.address.split_address`)."""
+    return _split_address(text)
 
 
 __all__ = ["EndpointSpec", "Kind", "ServiceSpec", "SpecError", "check_path", "load_spec", "parse_size",
