@@ -79,6 +79,19 @@ class DocaConnectionResetError(DocaError):
     code = 11
     name = "DOCA_ERROR_CONNECTION_RESET"
 
+class DocaConnectionRefusedError(DocaConnectionResetError, ConnectionRefusedError):
+    """An outgoing connection nobody accepted: nothing listens at that address and port.
+
+    DOCA reports it as DOCA_ERROR_CONNECTION_RESET (``code`` and ``name`` stay
+    DOCA's, so ``except DocaConnectionResetError`` still catches it); the
+    message says "refused" and ``except ConnectionRefusedError`` works as for
+    a socket."""
+
+    def __init__(self, message: str = "", *, code: Optional[int] = None, description: str = "") -> None:
+        super().__init__(message, code=code, description=description)
+        self.args = (f"{message} (DOCA status {self.name})" if message else self.name,)
+
+
 class DocaConnectionAbortedError(DocaError):
     code = 12
     name = "DOCA_ERROR_CONNECTION_ABORTED"
@@ -235,5 +248,5 @@ def check(code: int, message: str = "") -> None:
         raise error_for(code, message)
 
 
-__all__ = ["DocaError", "ClosedError", "ERRORS", "NAMES", "check", "error_for"] + [
+__all__ = ["DocaError", "ClosedError", "DocaConnectionRefusedError", "ERRORS", "NAMES", "check", "error_for"] + [
     cls.__name__ for cls in ERRORS.values()]

@@ -7,11 +7,15 @@ import signal
 import sys
 from typing import Any
 
+from ._args import listen_address, plural, with_free_port
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("serve", help="serve the endpoints of a spec file (a pydoca.peer responder)")
     p.add_argument("spec", help="endpoint spec (YAML)")
-    p.add_argument("--listen", metavar="HOST:PORT", help="RDMA CM address (default: the spec's 'listen')")
+    p.add_argument("--listen", type=listen_address, metavar="HOST:PORT",
+                   help="RDMA CM address (default: the spec's 'listen'); port 0 picks a free port, printed "
+                        "once serving")
     p.add_argument("--descriptor-file", metavar="FILE", help="also write a descriptor file (removed on exit)")
     p.add_argument("--require-token", action="store_true",
                    help="require a random access token, stored only in the descriptor file")
@@ -65,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
     if args.require_token and token is None:
         token = secrets.token_bytes(16)
     spec = load_spec(args.spec)
-    resp = Responder.from_spec(spec, args.listen, device=args.device, max_connections=args.max_connections,
+    listen = args.listen or spec.listen
+    if listen is not None:
+        listen = with_free_port(listen)               # HOST:0 -> a free port (DOCA listens on a given port)
+    resp = Responder.from_spec(spec, listen, device=args.device, max_connections=args.max_connections,
                                max_pending=args.max_pending, max_pending_per_source=args.max_pending_per_source,
                                ident_timeout=args.ident_timeout,
                                token=token, allow=args.allow, workers=args.workers, call_timeout=args.call_timeout,
@@ -86,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
         old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             extra = f", descriptor file {args.descriptor_file}" if args.descriptor_file else ""
-            print(f"pydoca serve: serving {spec.name} on {resp.address} ({len(resp.endpoints)} endpoints{extra})",
-                  flush=True)
+            print(f"pydoca serve: serving {spec.name} on {resp.address} ({plural(len(resp.endpoints), 'endpoint')}"
+                  f"{extra})", flush=True)
             resp.serve_forever()
         finally:
             for s, h in old.items():

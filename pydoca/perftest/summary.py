@@ -1,6 +1,6 @@
 """``pydoca bench summary``: pydoca RDMA and pydoca.peer against a TCP peer, in one run.
 
-    pydoca bench summary [--iters N] [--rounds R] [--polling] [--json]
+    pydoca bench summary [--iterations N] [--rounds R] [--progress blocking|polling] [--json FILE]
 
 Starts three server processes on loopback: a plain TCP echo server (the peer
 we compare against: what the same job costs with Python sockets over the same
@@ -216,41 +216,59 @@ def report(r: Dict[str, float]) -> List[str]:
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--iters", type=int, default=2000, help="latency iterations (default 2000)")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are reported (default 5)")
-    ap.add_argument("--polling", action="store_true", help="busy-poll progress engines on both sides")
-    ap.add_argument("--json", action="store_true", help="print the raw numbers as JSON")
+    """The summary's own options (``pydoca bench summary`` adds --rounds and --json itself)."""
+    ap.add_argument("--iterations", type=int, default=2000, metavar="N",
+                    help="latency operations per round (default 2000)")
+    ap.add_argument("--iters", type=int, dest="iterations", help=argparse.SUPPRESS)        # old spelling
+    ap.add_argument("--progress", default="blocking", choices=("blocking", "polling"),
+                    help="progress mode of the engines on both sides (default blocking)")
+    ap.add_argument("--polling", action="store_const", const="polling", dest="progress",
+                    help=argparse.SUPPRESS)                                                # old spelling
 
 
-def _spawn(args: List[str], env: Dict[str, str], cwd: Optional[str] = None) -> "subprocess.Popen[str]":
-    return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.PIPE, text=True, env=env, cwd=cwd)
+def _spawn(args: List[str], env: Dict[str, str], cwd: Optional[str] = None,
+           stderr: Any = subprocess.DEVNULL) -> "subprocess.Popen[str]":
+    """A ``python -m`` child; its stderr (log lines, "stopped") is dropped unless ``stderr`` says otherwise."""
+    return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.PIPE, stderr=stderr, text=True,
+                            env=env, cwd=cwd)
+
+
+def child_env() -> Dict[str, str]:
+    """The environment of the bench's children: this process's backend, chosen once (its fallback warning,
+    if any, is printed once, here)."""
+    from pydoca._native import backend
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYDOCA_BACKEND": backend.name}
 
 
 def run(args: argparse.Namespace) -> int:
     """Start the servers, measure, stop the servers, print."""
     procs: List["subprocess.Popen[str]"] = []
-    polling = ["--polling"] if args.polling else []
+    polling = args.progress == "polling"
+    mode = ["--progress", args.progress]
+    out_json = getattr(args, "json", None)
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "spec.yaml"), "w") as fh:
             fh.write(SPEC)
         with open(os.path.join(tmp, "bench_handlers.py"), "w") as fh:
             fh.write(HANDLERS)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = child_env()
         try:
             tcp_port, raw_port, peer_port = free_port(), free_port(), free_port()
             tcp = _spawn(["pydoca.perftest.summary", "--tcp-server", str(tcp_port)], env)
-            raw = _spawn(["pydoca.perftest.summary", "--raw-server", str(raw_port)] + polling, env)
+            raw = _spawn(["pydoca.perftest.summary", "--raw-server", str(raw_port)] + mode, env)
             serve = _spawn(["pydoca.cli", "serve", os.path.join(tmp, "spec.yaml"),
-                            "--listen", f"127.0.0.1:{peer_port}"] + polling, env, cwd=tmp)
+                            "--listen", f"127.0.0.1:{peer_port}"] + (["--polling"] if polling else []), env, cwd=tmp)
             procs += [tcp, raw, serve]
             assert tcp.stdout is not None and raw.stdout is not None and serve.stdout is not None
             if tcp.stdout.readline().strip() != "ready":
-                raise SystemExit("tcp server did not start")
+                raise RuntimeError("the TCP echo server did not start")
             blob = base64.b64decode(raw.stdout.readline())
+            if not blob:
+                raise RuntimeError("the raw RDMA target did not start")
             if "serving" not in serve.stdout.readline():
-                raise SystemExit("pydoca serve did not start")
-            results = run_rounds(tcp_port, raw_port, blob, f"127.0.0.1:{peer_port}", args.iters, args.rounds,
-                                 args.polling)
+                raise RuntimeError("pydoca serve did not start")
+            results = run_rounds(tcp_port, raw_port, blob, f"127.0.0.1:{peer_port}", args.iterations, args.rounds,
+                                 polling)
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -263,21 +281,28 @@ def run(args: argparse.Namespace) -> int:
                     p.wait(10)
                 if p.stdout is not None:
                     p.stdout.close()
-    if args.json:
-        print(json.dumps(results, indent=2))
-    else:
-        print("\n".join(report(results)))
+    human = sys.stderr if out_json == "-" else sys.stdout
+    print("\n".join(report(results)), file=human, flush=True)
+    if out_json:
+        text = json.dumps(results, indent=2) + "\n"
+        if out_json == "-":
+            sys.stdout.write(text)
+        else:
+            with open(out_json, "w", encoding="utf-8") as fh:
+                fh.write(text)
     return 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(ap)
+    ap.add_argument("--rounds", type=int, default=5, metavar="N", help="rounds; medians are reported (default 5)")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
     ap.add_argument("--raw-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--tcp-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.raw_server:
-        raw_server(args.raw_server, args.polling)
+        raw_server(args.raw_server, args.progress == "polling")
         return 0
     if args.tcp_server:
         tcp_server(args.tcp_server)

@@ -166,8 +166,9 @@ class Connection:
         """Progress until established. Raises TimeoutError after ``timeout``
         seconds, and a DocaError naming the cause when the connection fails:
         ``TimeOutError`` ("timed out": the peer did not answer within the
-        connection request timeout) or ``DocaConnectionResetError`` ("refused":
-        nothing listens there; "rejected" by the peer; "lost")."""
+        connection request timeout), ``DocaConnectionRefusedError`` ("refused":
+        nothing listens there; also a ``ConnectionRefusedError``) or
+        ``DocaConnectionResetError`` ("rejected" by the peer; "lost")."""
         where = self._describe_peer()
         self.rdma.pe.run_until(lambda: self.state is not ConnectionState.PENDING, timeout,
                                what=f"connection{where} to be established")
@@ -184,15 +185,15 @@ class Connection:
 
     def failure_error(self) -> DocaError:
         """The error describing why this connection is not established."""
-        from ..errors import DocaConnectionResetError, TimeOutError
+        from ..errors import DocaConnectionRefusedError, DocaConnectionResetError, TimeOutError
         where, reason = self._describe_peer(), self.failure_reason
         if reason == "timeout":
             return TimeOutError(f"connection{where} timed out: the peer did not answer within the connection "
                                 "request timeout (is it alive and progressing?)", code=TimeOutError.code)
         if reason == "refused":
-            return DocaConnectionResetError(f"connection{where} refused: nothing listens there (check the "
-                                            "address and port, and that the listener is running)",
-                                            code=DocaConnectionResetError.code)
+            return DocaConnectionRefusedError(f"connection{where} refused: nothing listens there (check the "
+                                              "address and port, and that the listener is running)",
+                                              code=DocaConnectionResetError.code)
         if reason == "rejected":
             return DocaConnectionResetError(f"connection{where} rejected by the peer",
                                             code=DocaConnectionResetError.code)

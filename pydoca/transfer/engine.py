@@ -27,7 +27,7 @@ from ..buffer import BufferInventory
 from ..memory import Access, MemoryMap
 from ..peer import Requester, Responder
 from ..peer.errors import Disconnected, HandlerError, PeerError
-from ..peer.spec import split_address
+from ..address import split_address
 from ..rdma.batch import TaskBatch
 from .batch import Op, Request, TransferBatch, _Part
 
@@ -74,7 +74,7 @@ class TransferEngine:
         topology: ``topology`` (a priority matrix, see pydoca.transfer.topology), else NUMA locality.
         ``devices``: more local devices (ibdev or interface names) to serve on (same port, each device's
         address) and to spread outgoing connections over."""
-        host, port = split_address(listen) if not listen.endswith(":0") else (listen.rsplit(":", 1)[0], 0)
+        host, port = split_address(listen, allow_zero=True)      # port 0: a free one
         if device is None and host in ("0.0.0.0", "::", "*"):
             device, host = _by_topology(topology)
         self.host, self.port = host, port or _free_port(host)
@@ -190,9 +190,13 @@ class TransferEngine:
         seg.close()
 
     def _serve_segment(self, payload: bytes) -> bytes:
-        seg = self.segments.get(payload.decode("utf-8", errors="replace"))
+        name = payload.decode("utf-8", errors="replace")
+        seg = self.segments.get(name)
         if seg is None:
-            raise KeyError(f"no segment {payload[:100]!r} at {self.address}")
+            # a peer's mistake, not this engine's: one log line, and an answer the peer turns into SegmentNotFound
+            log.info("segment lookup: no such segment", segment=name[:100], serving=len(self.segments))
+            return json.dumps({"error": "no such segment", "segment": name[:100],
+                               "segments": sorted(self.segments)[:20]}).encode()
         return json.dumps(seg.descriptor(self.paths)).encode()
 
     def _serve_list(self, payload: bytes) -> bytes:
@@ -233,6 +237,9 @@ class TransferEngine:
             route = peer.routes[0]
             try:
                 desc = json.loads(route.conn.call("/segment", name.encode(), timeout=self.timeout))
+                if "error" in desc:
+                    have = ", ".join(desc.get("segments") or []) or "none"
+                    raise SegmentNotFound(f"{owner} has no segment {name!r} (it serves: {have})")
                 break
             except HandlerError as exc:
                 raise SegmentNotFound(f"{owner} has no segment {name!r}: {exc}") from None
