@@ -147,6 +147,7 @@ def test_sync_event_context_stop_when_idle_and_from_running_callback(dev: pydoca
             c_ctx = lib.doca_sync_event_as_ctx(se)
             assert c_ctx != ffi.NULL
             assert lib.doca_ctx_stop(c_ctx) == 0          # idle, not even connected
+            assert lib.doca_ctx_start(c_ctx) == lib.DOCA_ERROR_NOT_CONNECTED   # doca_ctx.h: no pe
             stops: List[int] = []
             sink = _Sink(c_ctx, lambda: stops.append(int(lib.doca_ctx_stop(c_ctx))))
             key = callbacks.new_id()

@@ -73,7 +73,8 @@ def test_mmap_configure_after_start_bad_state(raw: Raw) -> None:
     assert lib.doca_mmap_set_memrange(mm, raw.memory, 128) == BAD_STATE
     assert lib.doca_mmap_set_permissions(mm, lib.DOCA_ACCESS_FLAG_RDMA_READ) == BAD_STATE
     assert lib.doca_mmap_add_dev(mm, raw.dev) == BAD_STATE
-    assert lib.doca_mmap_set_max_num_devices(mm, 8) == BAD_STATE
+    # doca_mmap.h names this one: NOT_PERMITTED after the first start (issue 21)
+    assert lib.doca_mmap_set_max_num_devices(mm, 8) == lib.DOCA_ERROR_NOT_PERMITTED
     assert lib.doca_mmap_destroy(mm) == OK      # DOCA: destroy stops a started mmap implicitly
 
 

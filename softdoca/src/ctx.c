@@ -168,8 +168,12 @@ SD_EXPORT doca_error_t doca_ctx_start(struct doca_ctx *ctx)
 	doca_error_t rc;
 
 	CHECK_CTX(ctx);
-	if (!ctx->pe || ctx->state != DOCA_CTX_STATE_IDLE)
+	/* doca_ctx.h: NOT_CONNECTED without a pe. A ctx that is not idle has no
+	 * code in the header: BAD_STATE (docs/softdoca-contract.md). */
+	if (ctx->state != DOCA_CTX_STATE_IDLE)
 		return DOCA_ERROR_BAD_STATE;
+	if (!ctx->pe)
+		return DOCA_ERROR_NOT_CONNECTED;
 	if (ctx->ops->start) {
 		rc = ctx->ops->start(ctx);
 		if (rc != DOCA_SUCCESS)

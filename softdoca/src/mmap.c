@@ -587,7 +587,7 @@ SD_EXPORT doca_error_t doca_mmap_set_max_num_devices(struct doca_mmap *mmap, uin
 		return DOCA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&mmap->lock);
 	if (mmap->started) {
-		rc = DOCA_ERROR_BAD_STATE;
+		rc = DOCA_ERROR_NOT_PERMITTED; /* doca_mmap.h: after the first start */
 	} else if (max_num_devices < mmap->num_devs) {
 		rc = DOCA_ERROR_INVALID_VALUE;
 	} else {

@@ -140,7 +140,7 @@ static void test_mmap_bufs(struct doca_dev *dev)
 	RC(doca_mmap_set_memrange(m, mem, 16), DOCA_ERROR_BAD_STATE);
 	RC(doca_mmap_set_permissions(m, DOCA_ACCESS_FLAG_LOCAL_READ_WRITE), DOCA_ERROR_BAD_STATE);
 	RC(doca_mmap_add_dev(m, dev), DOCA_ERROR_BAD_STATE);
-	RC(doca_mmap_set_max_num_devices(m, 8), DOCA_ERROR_BAD_STATE);
+	RC(doca_mmap_set_max_num_devices(m, 8), DOCA_ERROR_NOT_PERMITTED); /* after start: doca_mmap.h */
 	RC(doca_dev_close(dev), DOCA_ERROR_IN_USE);
 	RC(doca_mmap_get_memrange(m, &p, &sz), DOCA_SUCCESS);
 	CHECK(p == mem && sz == sizeof(mem), "get_memrange");
@@ -532,7 +532,7 @@ static void test_pe_ctx(void)
 	RC(doca_pe_set_event_mode(pe, (enum doca_pe_event_mode)7), DOCA_ERROR_INVALID_VALUE);
 
 	RC(sd_ctx_init(&c.base, &cops, &c), DOCA_SUCCESS);
-	RC(doca_ctx_start(&c.base), DOCA_ERROR_BAD_STATE); /* not connected */
+	RC(doca_ctx_start(&c.base), DOCA_ERROR_NOT_CONNECTED); /* no pe: doca_ctx.h */
 	RC(doca_ctx_set_state_changed_cb(&c.base, state_cb), DOCA_SUCCESS);
 	RC(doca_pe_connect_ctx(pe, &c.base), DOCA_SUCCESS);
 	RC(doca_pe_connect_ctx(pe, &c.base), DOCA_ERROR_BAD_STATE);

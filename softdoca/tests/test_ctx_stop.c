@@ -177,6 +177,7 @@ static void test_sync_event_ctx(void)
 	ctx = doca_sync_event_as_ctx(se);
 	CHECK(ctx != NULL, "sync event as ctx");
 	RC(doca_ctx_stop(ctx), DOCA_SUCCESS); /* not even connected to a pe */
+	RC(doca_ctx_start(ctx), DOCA_ERROR_NOT_CONNECTED); /* doca_ctx.h: no pe */
 	RC(doca_pe_connect_ctx(pe, ctx), DOCA_SUCCESS);
 	watch_ctx(&w, ctx);
 	idle_and_sample_pattern("sync event", pe, ctx, &w);
@@ -251,6 +252,7 @@ static struct doca_rdma *make_rdma(struct doca_pe *pe, struct watch *w)
 
 	RC(doca_rdma_create(dev, &r), DOCA_SUCCESS);
 	RC(doca_ctx_stop(doca_rdma_as_ctx(r)), DOCA_SUCCESS); /* not connected to a pe yet */
+	RC(doca_ctx_start(doca_rdma_as_ctx(r)), DOCA_ERROR_NOT_CONNECTED);
 	RC(doca_rdma_set_connection_state_callbacks(r, NULL, on_est, NULL, NULL), DOCA_SUCCESS);
 	RC(doca_rdma_set_permissions(r, DOCA_ACCESS_FLAG_LOCAL_READ_WRITE | DOCA_ACCESS_FLAG_RDMA_WRITE), DOCA_SUCCESS);
 	RC(doca_rdma_task_write_set_conf(r, write_cb, write_cb, 4), DOCA_SUCCESS);
