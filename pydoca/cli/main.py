@@ -34,7 +34,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     backend; a command loads it when it first uses DOCA. A closed stdout (``pydoca
     devices --json | head``) ends the command quietly with exit status 0."""
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()             # a reader that went away shows up here, not at interpreter exit
+        return code
     except BrokenPipeError:
         _quiet_stdout()
         return 0

@@ -184,8 +184,7 @@ def _same_host() -> bool:
 #: denominators of RATIOS (kept in the JSON, never printed as measured)
 HELPERS = {"one_million_ops": "the same-host rate target, 1,000,000 operations/s",
            "three_x_p50_us": "3 x the p50 of each write over 8 connections"}
-TARGETS_NOTE = ("targets are pydoca's own goals (docs/performance.md), not external standards; "
-                "(info) rows have none")
+TARGETS_NOTE = "the targets are pydoca's own goals (docs/performance.md), not external standards"
 
 
 def report(med: Dict[str, Optional[float]], rounds: List[Dict[str, Optional[float]]], backend: str,
@@ -213,10 +212,10 @@ def report(med: Dict[str, Optional[float]], rounds: List[Dict[str, Optional[floa
         met = ok(ratio)
         table.append({"measure": label, "ratio": ratio, "target": target, "met": met})
         rows.append((label, f"{ratio:.2f}", target, "" if target == "(info)" else ("met" if met else "NOT MET")))
-    lw = max(len(r[0]) for r in rows + [("ratio (same run)", "", "", "")])
+    lw = max(len(r[0]) for r in rows + [("measure (same run)", "", "", "")])
     rw = max(len(r[1]) for r in rows + [("", "ratio", "", "")])
     tw = max(len(r[2]) for r in rows + [("", "", "target", "")])
-    lines += ["", f"ratios against the targets ({TARGETS_NOTE}):",
+    lines += ["", f"same-run ratios against targets; {TARGETS_NOTE}; (info) rows have none:",
               f"  {'measure (same run)':<{lw}}  {'ratio':>{rw}}  {'target':<{tw}}  result"]
     lines += [f"  {label:<{lw}}  {ratio:>{rw}}  {target:<{tw}}  {result}".rstrip()
               for label, ratio, target, result in rows]
@@ -279,9 +278,10 @@ def legend_labels() -> List[str]:
             "1 = exactly on target (pydoca's own goals)"]
 
 
-def _plot(table: List[Dict[str, Any]], path: str, title: str = "") -> None:
+def _plot(table: List[Dict[str, Any]], path: str, title: str = "") -> List[str]:
     """One bar per target row: its headroom on a log axis (the line at 1 is the target), annotated with the
-    ratio and the target; info rows are left to the printed table."""
+    ratio and the target, and a legend for the colours and the line; info rows are left to the printed table.
+    Returns the legend's texts."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -313,12 +313,14 @@ def _plot(table: List[Dict[str, Any]], path: str, title: str = "") -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     met, missed, line = legend_labels()
-    ax.legend(handles=[Patch(color="tab:green", label=met), Patch(color="tab:red", label=missed),
+    shown = ax.legend(handles=[Patch(color="tab:green", label=met), Patch(color="tab:red", label=missed),
                        Line2D([0], [0], color="black", lw=1, label=line)],
               loc="lower right", fontsize=7, framealpha=0.9)
+    legend = [t.get_text() for t in shown.get_texts()]
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return legend
 
 
 __all__ = ["HELPERS", "headroom", "legend_labels", "one_round", "report", "run"]

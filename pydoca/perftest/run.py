@@ -202,18 +202,22 @@ PEER_RATIOS = (("call_64B_p50_us", "raw_write_8B_p50_us"), ("call_64B_inline_p50
                ("write_4MiB_MBps", "raw_write_4MiB_MBps"))
 
 
+def _n(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def describe(r: Dict[str, Any]) -> List[str]:
     """Human lines for one result: backend and transport named, medians over rounds with p99 and spread."""
     head = (f"pydoca bench {r['bench']}: {r['op']} {r['size']} B, backend {r['backend']}, "
             f"transport {r['transport']}, {r.get('memory', 'shared')} target memory, "
-            f"{r.get('progress', 'blocking')} progress, {r['rounds']} rounds x "
-            f"{r['iterations']} operations" + (f", {r['outstanding']} outstanding" if 'outstanding' in r else "")
+            f"{r.get('progress', 'blocking')} progress, {_n(r['rounds'], 'round')} x "
+            f"{_n(r['iterations'], 'operation')}" + (f", {r['outstanding']} outstanding" if 'outstanding' in r else "")
             + (f" over {r['connections']} connections" if r.get("connections", 1) > 1 else "")
             + (" (task batches)" if r.get("batched") else "")
             + (", one buffer each side" if r.get("one_buffer") else ""))
     if r["bench"] == "peer":
         head = (f"pydoca bench peer: backend {r['backend']}, transport {r['transport']}, "
-                f"{r.get('progress', 'blocking')} progress, {r['rounds']} rounds (medians; spread min-max over rounds)")
+                f"{r.get('progress', 'blocking')} progress, {_n(r['rounds'], 'round')} (medians; spread min-max over rounds)")
 
     def spread(key: str, unit: str, fmt: str = "{:.1f}") -> str:
         v = r[f"{key}_rounds"]
