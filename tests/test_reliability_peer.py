@@ -257,6 +257,19 @@ def test_copy_endpoints_hand_handlers_a_private_copy(tmp_path: Path) -> None:
     assert first_copy == b"AAAA", "a copy=True handler's data changed under it"
 
 
+def test_copy_in_spec_files() -> None:
+    from pydoca.peer import Responder
+    from pydoca.peer.spec import SpecError, parse_spec
+    spec = parse_spec({"version": 1, "name": "copies", "endpoints": [
+        {"path": "/w", "type": "write", "buffer": {"size": 4096}, "copy": True}]})
+    resp = Responder.from_spec(spec, "127.0.0.1:1")
+    assert resp.endpoints[0].copy and resp.specs()[0].copy
+    resp.close()
+    with pytest.raises(SpecError, match="only write endpoints"):
+        parse_spec({"version": 1, "name": "copies", "endpoints": [
+            {"path": "/c", "type": "call", "buffer": {"size": 64}, "handler": "m:f", "copy": True}]})
+
+
 def test_pending_handshakes_have_their_own_budget(reliability_report: Any) -> None:
     """Silent connections (connected, never identified) from one address: beyond max_pending_per_source they
     are refused at once, the rest are cut at the handshake deadline; the authenticated budget is untouched."""

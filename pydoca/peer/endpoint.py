@@ -67,6 +67,9 @@ class Endpoint:
         #: a write handler gets a private copy of the data instead of a live view of the requester's slot
         #: (which the requester may change while the handler runs): for handlers that validate before use
         self.copy = copy
+        if copy and self.kind is not Kind.WRITE:
+            raise ValueError(f"{path}: copy=True is for write endpoints (a {self.kind.value} endpoint's handler "
+                             "gets no view of the requester's slot)")
         if inline and handler is not None and inspect.iscoroutinefunction(handler):
             raise ValueError(f"{path}: an async def handler cannot be inline")
         self.wants_requester = handler is not None and _arity(handler) > (1 if self.kind is Kind.CALL else 2)

@@ -178,12 +178,12 @@ class Responder:
         for e in spec.endpoints:
             fn = resolve_handler(e.handler, spec.base_dir) if e.handler else None
             resp.add_endpoint(e.path, e.kind, e.size, fn, queue=e.queue, concurrency=e.concurrency,
-                              timeout=e.timeout, description=e.description, inline=e.inline)
+                              timeout=e.timeout, description=e.description, inline=e.inline, copy=e.copy)
         return resp
 
     def specs(self) -> List[EndpointSpec]:
         return [EndpointSpec(e.path, e.kind, e.size, None, e.queue, e.description, e.concurrency, e.timeout,
-                             e.inline) for e in self.endpoints]
+                             e.inline, e.copy) for e in self.endpoints]
 
     # -- lifecycle ------------------------------------------------------------
     def _open_device(self) -> Device:

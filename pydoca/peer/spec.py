@@ -15,6 +15,7 @@ Format (``version: 1``)::
         concurrency: 1            # optional: handlers of this endpoint running at once (default 1)
         timeout: 30               # optional: seconds a handler may run (default: the responder's call_timeout)
         inline: false             # optional: run the handler on the serving thread (never-blocking handlers only)
+        copy: false               # optional, write endpoints: the handler gets a private copy of the data
         description: text         # optional
 
 Handler modules are imported with the spec file's directory on ``sys.path``.
@@ -65,6 +66,7 @@ class EndpointSpec:
     concurrency: int = 1
     timeout: Optional[float] = None
     inline: bool = False
+    copy: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ def _endpoint(i: int, raw: Any) -> EndpointSpec:
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: expected a mapping")
     unknown = set(raw) - {"path", "type", "kind", "buffer", "size", "handler", "queue", "description",
-                          "concurrency", "timeout", "inline"}
+                          "concurrency", "timeout", "inline", "copy"}
     if unknown:
         raise SpecError(f"{where}: unknown keys {sorted(unknown)}")
     path = check_path(raw.get("path"))
@@ -143,9 +145,12 @@ def _endpoint(i: int, raw: Any) -> EndpointSpec:
     inline = raw.get("inline", False)
     if not isinstance(inline, bool):
         raise SpecError(f"{where} ({path}): inline must be true or false")
+    copy = raw.get("copy", False)
+    if not isinstance(copy, bool) or (copy and kind is not Kind.WRITE):
+        raise SpecError(f"{where} ({path}): copy must be true or false, and only write endpoints take it")
     desc = raw.get("description", "")
     return EndpointSpec(path, kind, parse_size(size_raw), handler, queue, str(desc), concurrency,
-                        None if timeout is None else float(timeout), inline)
+                        None if timeout is None else float(timeout), inline, copy)
 
 
 def parse_spec(doc: Any, *, base_dir: Optional[str] = None) -> ServiceSpec:
