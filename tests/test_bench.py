@@ -17,9 +17,13 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_summary_json_smoke() -> None:
-    out = bench("summary", "--iters", "20", "--rounds", "1", "--json")
+    """`bench summary --json -`: the JSON alone on stdout; the children's stderr ('pydoca serve: stopped', their
+    own backend warnings) stays out of the output, the fallback warning is printed once at most."""
+    out = bench("summary", "--iterations", "20", "--rounds", "1", "--json", "-")
     assert out.returncode == 0, out.stderr[-2000:]
     figures = json.loads(out.stdout)
+    assert "pydoca serve: stopped" not in out.stderr and out.stderr.count("real DOCA not found") <= 1
+    assert "ratio call 64 B" in out.stderr                       # the human lines, on stderr with --json -
     for key in ("tcp_pingpong_8B_s", "tcp_bulk_4MiB_s", "raw_write_8B_s", "raw_write_1MiB_s", "raw_write_4MiB_s",
                 "peer_call_64B_s", "peer_write_8B_s", "peer_write_4MiB_s"):
         assert figures[key] > 0

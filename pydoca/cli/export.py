@@ -18,7 +18,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--listen", metavar="HOST:PORT", help="with --spec: where it is served (default: spec's listen)")
     p.add_argument("--token", metavar="HEX", help="access token of the responder, stored in the file")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="descriptor file to write (mode 0600)")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="S")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="seconds to wait for the running responder (default 10)")
     p.set_defaults(run=run)
 
 
