@@ -1,8 +1,10 @@
-"""Every code block of README.md, docs/*.md and samples/README.md runs (so the docs cannot rot).
+"""Every code block of README.md, docs/**/*.md (the site's pages: docs/*.md, docs/guide/, docs/reference/...)
+and samples/README.md runs (so the docs cannot rot).
 
 Conventions of the fenced blocks:
 
-* ```` ```python ````: a complete program, run alone in a fresh directory;
+* ```` ```python ````: a complete program, run alone in a fresh directory
+  (port 18515 replaced by a free one, as in every runnable block);
 * ```` ```python responder ```` then ```` ```python requester ````: two
   processes, the responder first (until it prints a line), port 18515
   replaced by a free one;
@@ -29,7 +31,8 @@ import pytest
 from rdma_util import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", ROOT / "samples" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "samples" / "README.md",
+        *sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.relative_to(ROOT / "docs").parts)]
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```\s*$", re.M | re.S)
 
 
@@ -70,7 +73,7 @@ def test_every_runnable_block_is_covered() -> None:
 
 @pytest.mark.parametrize("block", SINGLE, ids=lambda b: f"{b[0]}#{b[1]}")
 def test_python_block_runs(block: Tuple[str, int, str, str, str], tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-c", block[4]], cwd=tmp_path, env=_env(), capture_output=True,
+    out = subprocess.run([sys.executable, "-c", block[4].replace("18515", str(free_port()))], cwd=tmp_path, env=_env(), capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, f"{block[0]} block {block[1]} failed:\n{out.stderr[-3000:]}"
     assert "Traceback" not in out.stderr
