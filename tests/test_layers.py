@@ -14,7 +14,8 @@ spec.loader.exec_module(ic)
 LAYERS = [
     ("core", ("pydoca._log", "pydoca.errors", "pydoca._native", "pydoca.resource", "pydoca.pe", "pydoca._loop",
               "pydoca.ctx", "pydoca.device", "pydoca.memory", "pydoca.buffer", "pydoca.descriptor", "pydoca.rdma",
-              "pydoca.aio", "pydoca._lib", "pydoca.log", "pydoca.ports", "pydoca.sync_event", "pydoca.buf_pool")),
+              "pydoca.aio", "pydoca._lib", "pydoca.log", "pydoca.ports", "pydoca.sync_event", "pydoca.buf_pool",
+              "pydoca.address")),
     ("peer", ("pydoca.peer",)),
     ("transfer", ("pydoca.transfer",)),
     ("tools", ("pydoca.perftest", "pydoca.cli", "pydoca")),

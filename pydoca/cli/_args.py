@@ -29,7 +29,7 @@ def count(low: int = 1) -> Callable[[str], int]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < low:
-            raise argparse.ArgumentTypeError(f"expected a number >= {low}, got {value}")
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
         return value
     parse.__name__ = "count"          # argparse names the type in its messages
     return parse

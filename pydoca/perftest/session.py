@@ -38,7 +38,9 @@ def transport_env(transport: str) -> Dict[str, str]:
     if transport != "tcp" and backend_name() == "soft" and not _soft_has_transports():
         raise BenchError(f"this softdoca build has only the tcp transport; --transport {transport} needs the "
                          "same-host transport (not built yet)")
-    return {"OPENBLAS_NUM_THREADS": "1", **os.environ, "SOFTDOCA_TRANSPORT": transport}
+    # the children run on this process's backend, chosen once here (its fallback warning printed once, here)
+    return {"OPENBLAS_NUM_THREADS": "1", **os.environ, "SOFTDOCA_TRANSPORT": transport,
+            "PYDOCA_BACKEND": backend_name()}
 
 
 def _soft_has_transports() -> bool:

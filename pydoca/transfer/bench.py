@@ -30,11 +30,17 @@ def pattern(size: int, seed: int = 1) -> np.ndarray:
     return out
 
 
+def _backend() -> str:
+    """This process's backend: the target runs on the same one (no second choice, no second warning)."""
+    from .._native import backend
+    return str(backend.name)
+
+
 def _target(size: int, metadata: Optional[str]) -> Tuple["subprocess.Popen[str]", str]:
     cmd = [sys.executable, "-m", "pydoca.cli", "transfer", "serve", "--listen", "127.0.0.1:0",
            "--register", f"bench:{size}:pattern"] + (["--metadata", metadata] if metadata else [])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYDOCA_BACKEND": _backend()})
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if "serving" not in line:
