@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -211,3 +212,102 @@ def test_mismatch_names_the_first_difference() -> None:
     assert "at segment offset 100" in why and "all zero" in why
 
 
+
+
+# -- children import the parent's pydoca (issue 23, item 4) --------------------------------------
+def _decoy(where: Path) -> Path:
+    """A directory holding a `pydoca/` package that must never be imported (an unbuilt source tree)."""
+    (where / "pydoca").mkdir(parents=True)
+    (where / "pydoca" / "__init__.py").write_text("raise ImportError('the decoy pydoca was imported')\n")
+    (where / "cwd_helper.py").write_text("WHERE = 'cwd'\n")
+    return where
+
+
+def _as_installed(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`pydoca ARGS` as an installed console script runs it: the script's directory first on sys.path, not the
+    working directory (here: the directory this test's pydoca came from)."""
+    import pydoca
+    root = str(Path(pydoca.__file__).resolve().parent.parent)
+    code = f"import sys; sys.path[0] = {root!r}; from pydoca.cli import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)
+
+
+def test_child_argv_imports_the_parents_pydoca(tmp_path: Path) -> None:
+    """module_argv: the child runs the module as -m would (argv, __main__), with this process's pydoca although
+    the working directory holds another, and a module of the working directory is still importable."""
+    import pydoca
+    from pydoca._child import module_argv
+    cwd = _decoy(tmp_path)
+    probe = "import sys, pydoca, cwd_helper; print(pydoca.__file__, cwd_helper.WHERE, sys.argv[1:])"
+    (tmp_path / "probe_mod.py").write_text(probe + "\n")
+    got = subprocess.run(module_argv("probe_mod", "a", "--b"), capture_output=True, text=True, timeout=60,
+                         cwd=cwd)
+    assert got.returncode == 0, got.stderr[-2000:]
+    file, where, argv = got.stdout.split(" ", 2)
+    assert Path(file).resolve() == Path(pydoca.__file__).resolve() and where == "cwd"
+    assert argv.strip() == "['a', '--b']"
+    # the branch where the parent's root is already on sys.path (a site-packages install): cwd after it
+    env = {**os.environ, "PYTHONPATH": str(Path(pydoca.__file__).resolve().parent.parent)}
+    got = subprocess.run(module_argv("probe_mod"), capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
+    assert got.returncode == 0 and Path(got.stdout.split()[0]).resolve() == Path(pydoca.__file__).resolve()
+
+
+def test_bench_from_a_directory_holding_another_pydoca(tmp_path: Path) -> None:
+    """`pydoca bench lat` and `bench peer` started where `./pydoca` is another (unbuilt) package: the target and
+    `pydoca serve` import the parent's pydoca (before: the decoy's ImportError from the target)."""
+    cwd = _decoy(tmp_path)
+    out = tmp_path / "lat.json"
+    proc = _as_installed("bench", "lat", "--iterations", "20", "--rounds", "1", "--json", str(out), cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "decoy" not in proc.stderr and json.loads(out.read_text())["p50_us"] > 0
+    proc = _as_installed("bench", "peer", "--iterations", "10", "--rounds", "1", "--json", "-", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["call_64B_p50_us"] > 0
+
+
+def test_transfer_bench_from_a_directory_holding_another_pydoca(tmp_path: Path) -> None:
+    cwd = _decoy(tmp_path)
+    proc = _as_installed("transfer", "bench", "--duration", "0.2", "--block-size", "64KiB", "--json", "-", cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["verified"] is True
+
+
+def _copy_source(dst: Path) -> None:
+    """The committed tree (git archive HEAD): pip builds a local directory in place, and this checkout may hold
+    build outputs and other work in progress (the decoy tests above cover the working tree)."""
+    import io
+    import tarfile
+    listed = subprocess.run(["git", "archive", "--format=tar", "HEAD", "pyproject.toml", "setup.py", "README.md",
+                             "pydoca", "cdefs", "softdoca"], capture_output=True, cwd=ROOT, timeout=120)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: " + listed.stderr.decode(errors="replace").strip())
+    with tarfile.open(fileobj=io.BytesIO(listed.stdout)) as tar:
+        tar.extractall(dst, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(dst)
+
+
+@pytest.mark.timeout(400)
+def test_bench_lat_with_a_non_editable_install(tmp_path: Path) -> None:
+    """Issue 23 as reported: `pip install .` into a virtual environment, then that environment's `pydoca bench lat`
+    run from a source tree whose `./pydoca` is not built. (The build reuses this Python's setuptools and cffi:
+    --system-site-packages, --no-build-isolation; about 30 s here.)"""
+    import importlib.util
+    import venv
+    if importlib.util.find_spec("setuptools") is None or importlib.util.find_spec("pip") is None:
+        pytest.skip("building needs setuptools and pip in this Python")
+    src, env_dir = tmp_path / "src", tmp_path / "venv"
+    src.mkdir()
+    _copy_source(src)
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    built = subprocess.run([str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps", "-q", str(src)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    where = subprocess.run([str(py), "-c", "import pydoca; print(pydoca.__file__)"], capture_output=True, text=True,
+                           timeout=60, cwd=tmp_path)
+    assert str(env_dir) in where.stdout, where.stdout + where.stderr        # the venv's copy, not this checkout
+    tree = _decoy(tmp_path / "tree")              # the source tree: ./pydoca is not importable
+    proc = subprocess.run([str(env_dir / "bin" / "pydoca"), "bench", "lat", "--iterations", "20", "--rounds", "1",
+                           "--json", "-"], capture_output=True, text=True, timeout=180, cwd=tree)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["p50_us"] > 0

@@ -15,7 +15,7 @@ LAYERS = [
     ("core", ("pydoca._log", "pydoca.errors", "pydoca._native", "pydoca.resource", "pydoca.pe", "pydoca._loop",
               "pydoca.ctx", "pydoca.device", "pydoca.memory", "pydoca.buffer", "pydoca.descriptor", "pydoca.rdma",
               "pydoca.aio", "pydoca._lib", "pydoca.log", "pydoca.ports", "pydoca.sync_event", "pydoca.buf_pool",
-              "pydoca.address")),
+              "pydoca.address", "pydoca._child")),
     ("peer", ("pydoca.peer",)),
     ("transfer", ("pydoca.transfer",)),
     ("tools", ("pydoca.perftest", "pydoca.cli", "pydoca")),

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from .._child import module_argv
 from .session import BenchError, Session, backend_name, transport_env
 
 Tick = Optional[Callable[[], None]]
@@ -144,8 +144,8 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
         from .summary import free_port
         port = free_port()
         env = {**transport_env(transport), "PYTHONUNBUFFERED": "1"}
-        serve = subprocess.Popen([sys.executable, "-m", "pydoca.cli", "serve", "spec.yaml", "--listen",
-                                  f"127.0.0.1:{port}"] + (["--polling"] if progress == "polling" else []),
+        serve = subprocess.Popen(module_argv("pydoca.cli", "serve", "spec.yaml", "--listen",
+                                             f"127.0.0.1:{port}") + (["--polling"] if progress == "polling" else []),
                                  cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
             assert serve.stdout is not None

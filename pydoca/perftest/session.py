@@ -7,13 +7,13 @@ import collections
 import json
 import os
 import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import pydoca
 from pydoca import Access
+from pydoca._child import module_argv
 
 from . import ATOMIC, OPS
 
@@ -67,7 +67,7 @@ class Target:
     """``python -m pydoca.perftest.target`` speaking JSON lines."""
 
     def __init__(self, env: Dict[str, str]) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "pydoca.perftest.target"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(module_argv("pydoca.perftest.target"), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
 
     def ask(self, cmd: Dict[str, Any], timeout: float = 30.0) -> Dict[str, Any]:

@@ -30,6 +30,8 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from .._child import module_argv
+
 SPEC = """\
 version: 1
 name: bench
@@ -229,7 +231,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def _spawn(args: List[str], env: Dict[str, str], cwd: Optional[str] = None,
            stderr: Any = subprocess.DEVNULL) -> "subprocess.Popen[str]":
     """A ``python -m`` child; its stderr (log lines, "stopped") is dropped unless ``stderr`` says otherwise."""
-    return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.PIPE, stderr=stderr, text=True,
+    return subprocess.Popen(module_argv(*args), stdout=subprocess.PIPE, stderr=stderr, text=True,
                             env=env, cwd=cwd)
 
 

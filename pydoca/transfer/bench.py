@@ -21,6 +21,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .._child import module_argv
+
 
 def pattern(size: int, seed: int = 1) -> np.ndarray:
     """Deterministic bytes: ``(i * 131 + seed) & 0xff`` repeated."""
@@ -37,8 +39,8 @@ def _backend() -> str:
 
 
 def _target(size: int, metadata: Optional[str]) -> Tuple["subprocess.Popen[str]", str]:
-    cmd = [sys.executable, "-m", "pydoca.cli", "transfer", "serve", "--listen", "127.0.0.1:0",
-           "--register", f"bench:{size}:pattern"] + (["--metadata", metadata] if metadata else [])
+    cmd = module_argv("pydoca.cli", "transfer", "serve", "--listen", "127.0.0.1:0",
+                      "--register", f"bench:{size}:pattern") + (["--metadata", metadata] if metadata else [])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYDOCA_BACKEND": _backend()})
     assert proc.stdout is not None

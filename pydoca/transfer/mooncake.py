@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any, Dict, List
 
+from .._child import module_argv
+
 
 def available() -> bool:
     probe = subprocess.run([sys.executable, "-c", "import mooncake.engine"], capture_output=True, timeout=60)
@@ -24,15 +26,15 @@ def available() -> bool:
 def run_mooncake(args: argparse.Namespace) -> Dict[str, Any]:
     span = max(args.block_size * args.batch_size * 2, 16 << 20)
     env = {**os.environ, "GLOG_minloglevel": "2", "PYTHONUNBUFFERED": "1"}
-    target = subprocess.Popen([sys.executable, "-m", "pydoca.transfer.mooncake", "target", str(span)],
+    target = subprocess.Popen(module_argv("pydoca.transfer.mooncake", "target", str(span)),
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     try:
         assert target.stdout is not None
         head = target.stdout.readline().split()
         if len(head) != 2:
             return {"error": "the Mooncake target did not start"}
-        out = subprocess.run([sys.executable, "-m", "pydoca.transfer.mooncake", "initiator", head[0], head[1],
-                              str(span), args.op, str(args.block_size), str(args.batch_size), str(args.duration)],
+        out = subprocess.run(module_argv("pydoca.transfer.mooncake", "initiator", head[0], head[1], str(span), args.op,
+                                          str(args.block_size), str(args.batch_size), str(args.duration)),
                              capture_output=True, text=True, env=env, timeout=args.duration + 120)
         lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
         return json.loads(lines[-1]) if lines else {"error": f"mooncake initiator failed: {out.stderr[-300:]}"}
