@@ -285,9 +285,10 @@ struct sd_provider_ops {
 	void (*conn_set_ctx)(struct sd_prov_conn *c, void *ctx);
 	/* Transports this connection uses (e.g. "tcp", "cma,posix"). */
 	void (*conn_transport)(struct sd_prov_conn *c, char *out, size_t n);
-	/* Close: graceful (the peer gets DISCONNECTED) after the ops already
-	 * submitted; every op not done by then fails. No callback for this conn
-	 * after it returns; the handle is invalid. */
+	/* Close: the peer gets DISCONNECTED once what was sent reached it (bounded
+	 * by timeout_ms). Ops still outstanding complete through op_done (success
+	 * if they made it, else an error); no conn_event / rx for this conn after
+	 * it returns, and the handle is invalid. */
 	void (*conn_close)(struct sd_prov_conn *c);
 
 	/* Data ops. Order (DOCA's RC order on one connection): sends and
