@@ -134,10 +134,50 @@ def test_compare_quick(tmp_path: Path) -> None:
         assert med["iperf3_1M_MBps"] is not None and med["iperf3_1M_MBps"] > 0
     if med.get("pydoca_shm_lat_write_8B_us") is not None:      # softdoca: the same-host rows, both 1 MiB ones
         assert med["pydoca_shm_bw_write_1MiB_MBps"] > 0 and med["pydoca_shm_bw_write_1MiB_one_buffer_MBps"] > 0
+    for key in ("call_64B_us", "call_64B_inline_us", "write_8B_us", "write_8B_posted_us", "raw_write_8B_us",
+                "write_4MiB_MBps", "raw_write_4MiB_MBps", "write_4MiB_window4_MBps", "raw_write_4MiB_4out_MBps"):
+        assert med[f"pydoca_peer_{key}"] > 0, key                  # the peer layer, every round
+    from pydoca.perftest.peers import installed
+    for peer, prefix in (("zmq", "pyzmq_reqrep"), ("ucxx", "ucxx_tcp"), ("grpc", "grpc_unary")):
+        if installed(peer) is None:                                   # measured: both figures
+            assert med[f"{prefix}_64B_rtt_us"] > 0 and med[f"{prefix}_4MiB_MBps"] > 0, (peer, r["missing"])
+        else:                                                         # absent: reported, not fatal
+            assert med[f"{prefix}_64B_rtt_us"] is None and peer in r["missing"] and peer in out.stdout
     measures = {row["measure"] for row in r["ratios"]}
     for name, a, b, _, _ in RATIOS:
         if med.get(a) and med.get(b):
             assert name in measures and name in out.stdout, name
+    rows = [name for name, _, b, _, _ in RATIOS if b.startswith(("pyzmq", "ucxx", "grpc"))]
+    assert len(rows) >= 7 and all(name in out.stdout for name in rows)   # shown, with a ratio or 'peer missing'
+
+
+@pytest.mark.parametrize("peer", ["zmq", "ucxx", "grpc"])
+def test_python_peer(peer: str) -> None:
+    """Each Python peer alone: a 64 B round trip and 4 MiB requests between two processes (skipped when its
+    package is not installed: pip install 'pydoca[bench]')."""
+    from pydoca.perftest.peers import installed, measure
+    why = installed(peer)
+    if why is not None:
+        pytest.skip(why)
+    got = measure(peer, 50)
+    assert "error" not in got, got
+    assert got["rtt_us"] > 0 and got["MBps"] > 0
+
+
+def test_missing_python_peer_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer whose package does not import gives the reason (and the pip extra), not an exception."""
+    from pydoca.perftest import compare, peers
+    monkeypatch.setitem(peers.PACKAGES, "grpc", ("no_such_module_pydoca_test", "grpcio"))
+    got = peers.measure("grpc", 10)
+    assert "grpcio is not installed" in got["error"] and "pydoca[bench]" in got["error"]
+    monkeypatch.setattr(peers, "measure", lambda peer, n: got if peer == "grpc" else {"rtt_us": 1.0, "MBps": 2.0})
+    monkeypatch.setattr(compare, "MISSING", {})
+    figures = compare._python_peers(10)
+    assert figures["grpc_unary_64B_rtt_us"] is None and figures["pyzmq_reqrep_64B_rtt_us"] == 1.0
+    assert "grpc" in compare.MISSING and "zmq" not in compare.MISSING
+    lines, table = compare.report({**figures, "pydoca_peer_call_64B_us": 1.0}, [figures], "soft", 1)
+    row = next(ln for ln in lines if "gRPC unary 64 B call" in ln)
+    assert "peer missing" in row and "n/a" in row
 
 
 def test_compare_headroom_and_plot(tmp_path: Path) -> None:

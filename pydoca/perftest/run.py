@@ -6,6 +6,7 @@ Each function returns the JSON object the CLI writes: ``backend``,
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import statistics
 import subprocess
@@ -135,7 +136,8 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
     bulk_n = max(20, iterations // 50)
     fig: Dict[str, List[float]] = {k: [] for k in ("call_64B_p50_us", "call_64B_inline_p50_us", "write_8B_p50_us",
                                                    "write_8B_posted_p50_us",
-                                                   "write_4MiB_MBps", "raw_write_8B_p50_us", "raw_write_4MiB_MBps")}
+                                                   "write_4MiB_MBps", "raw_write_8B_p50_us", "raw_write_4MiB_MBps",
+                                                   "write_4MiB_window4_MBps", "raw_write_4MiB_4out_MBps")}
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "spec.yaml"), "w") as fh:
             fh.write(PEER_SPEC)
@@ -158,7 +160,19 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
                     Session("write", 8, progress=progress, transport=transport,
                             target_progress="blocking") as raw8, \
                     Session("write", 4 << 20, progress=progress, transport=transport,
-                            target_progress="blocking") as raw4:
+                            target_progress="blocking") as raw4, \
+                    Session("write", 4 << 20, slots=4, progress=progress, transport=transport,
+                            target_progress="blocking") as raw4w:
+                window_n = max(8, bulk_n // 4 * 4)
+
+                async def windowed() -> None:             # 4 awrite() to /bulk outstanding at a time
+                    pending: List[Any] = []
+                    for _ in range(window_n):
+                        if len(pending) == 4:
+                            await pending.pop(0)
+                        pending.append(asyncio.ensure_future(req.awrite("/bulk", bulk)))
+                    for p in pending:
+                        await p
                 for _ in range(rounds):
                     fig["call_64B_p50_us"].append(_q(_timed(lambda: req.call("/call", payload), iterations), .5) * 1e6)
                     fig["call_64B_inline_p50_us"].append(
@@ -174,6 +188,13 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
                     fig["write_4MiB_MBps"].append((4 << 20) / t / 1e6)
                     raw4.latency(3)
                     fig["raw_write_4MiB_MBps"].append((4 << 20) / _q(raw4.latency(bulk_n), 0.5) / 1e6)
+                    # 4 outstanding: a window of awrite()s against raw writes with 4 in flight (4 buffers)
+                    t0 = time.perf_counter()
+                    asyncio.run(windowed())
+                    fig["write_4MiB_window4_MBps"].append(window_n * (4 << 20) / (time.perf_counter() - t0) / 1e6)
+                    raw4w.windowed(4)
+                    elapsed, _ = raw4w.windowed(window_n)
+                    fig["raw_write_4MiB_4out_MBps"].append(window_n * (4 << 20) / elapsed / 1e6)
                     if tick:
                         tick()
         finally:
@@ -199,7 +220,7 @@ def peer(*, iterations: int = 1000, rounds: int = 5, progress: str = "blocking",
 
 PEER_RATIOS = (("call_64B_p50_us", "raw_write_8B_p50_us"), ("call_64B_inline_p50_us", "raw_write_8B_p50_us"),
                ("write_8B_p50_us", "raw_write_8B_p50_us"), ("write_8B_posted_p50_us", "raw_write_8B_p50_us"),
-               ("write_4MiB_MBps", "raw_write_4MiB_MBps"))
+               ("write_4MiB_MBps", "raw_write_4MiB_MBps"), ("write_4MiB_window4_MBps", "raw_write_4MiB_4out_MBps"))
 
 
 def _n(n: int, word: str) -> str:
@@ -234,7 +255,8 @@ def describe(r: Dict[str, Any]) -> List[str]:
     for key, unit in (("call_64B_p50_us", "us"), ("call_64B_inline_p50_us", "us"), ("write_8B_p50_us", "us"),
                       ("write_8B_posted_p50_us", "us"),
                       ("raw_write_8B_p50_us", "us"),
-                      ("write_4MiB_MBps", "MB/s"), ("raw_write_4MiB_MBps", "MB/s")):
+                      ("write_4MiB_MBps", "MB/s"), ("raw_write_4MiB_MBps", "MB/s"),
+                      ("write_4MiB_window4_MBps", "MB/s"), ("raw_write_4MiB_4out_MBps", "MB/s")):
         lines.append(f"  {key:22s} {spread(key, unit)}")
     lines.append(f"  ratios of medians: 8 B write {r['write_8B_p50_us'] / r['raw_write_8B_p50_us']:.2f}x raw (posted "
                  f"{r['write_8B_posted_p50_us'] / r['raw_write_8B_p50_us']:.2f}x), 64 B call "
@@ -248,7 +270,9 @@ def describe(r: Dict[str, Any]) -> List[str]:
             return f"{r[f'ratio_{key}']:.2f} ({min(v):.2f}-{max(v):.2f})"
         lines.append(f"  median of per-round ratios: 8 B write {per('write_8B_p50_us')}, posted "
                      f"{per('write_8B_posted_p50_us')}, 64 B call {per('call_64B_p50_us')}, inline "
-                     f"{per('call_64B_inline_p50_us')}, 4 MiB write {per('write_4MiB_MBps')}")
+                     f"{per('call_64B_inline_p50_us')}, 4 MiB write {per('write_4MiB_MBps')}"
+                     + (f", 4 MiB window of 4 {per('write_4MiB_window4_MBps')}"
+                        if "ratio_write_4MiB_window4_MBps" in r else ""))
     return lines
 
 
