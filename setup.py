@@ -18,6 +18,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import subprocess
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -25,8 +26,23 @@ from setuptools.command.build_ext import build_ext
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARN = ["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread"]
 EXTRA = os.environ.get("SOFTDOCA_CFLAGS", "").split()
-SRC = sorted(glob.glob("softdoca/src/*.c"))
-DEPENDS = sorted(glob.glob("softdoca/src/*.h") + glob.glob("cdefs/*.h") + glob.glob("softdoca/include/decl/*.h"))
+def _have_header(name: str) -> bool:
+    """Whether the C compiler finds <name> (the ucx provider needs Debian's libucx-dev to build)."""
+    cc = os.environ.get("CC", "cc").split()
+    try:
+        return subprocess.run([*cc, "-E", "-x", "c", "-"], input=f"#include <{name}>\n", capture_output=True,
+                              text=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+HAVE_UCX = _have_header("ucp/api/ucp.h")
+if HAVE_UCX:
+    WARN.append("-DSD_HAVE_UCX")
+SRC = sorted(glob.glob("softdoca/src/*.c")) + ["softdoca/src/providers/provider.c"] + \
+    (["softdoca/src/providers/ucx/ucx_provider.c"] if HAVE_UCX else [])
+DEPENDS = sorted(glob.glob("softdoca/src/*.h") + glob.glob("softdoca/src/providers/*.h") + glob.glob("cdefs/*.h")
+                 + glob.glob("softdoca/include/decl/*.h"))
 INCLUDES = ["softdoca/include", "cdefs", "softdoca/src"]
 
 
@@ -43,7 +59,7 @@ PKG = "pydoca._lib.doca.lib."
 
 
 def _lib(name: str, sources, link_with_common: bool) -> Extension:
-    ext = Extension(PKG + "lib" + name, sources=sources, include_dirs=INCLUDES,
+    ext = Extension(PKG + "lib" + name, sources=sources, include_dirs=INCLUDES, libraries=["dl"],
                     extra_compile_args=WARN + EXTRA,
                     extra_link_args=["-pthread", f"-Wl,-soname,{GEN.soname(name)}"] + EXTRA,
                     depends=DEPENDS)

@@ -70,6 +70,26 @@ def _destroy(handle: Any, state: Dict[str, bool], pinned: Any) -> None:
     del pinned
 
 
+_PROVIDER_TAIL = 82          # softdoca's descriptor length; a provider's key blob ("SDPB") may follow
+
+
+def _provider_note(data: bytes) -> str:
+    """Why softdoca refused a descriptor of another provider (docs/providers.md), "" otherwise."""
+    import ctypes
+
+    from ._native import soft_fn
+    tail = data[_PROVIDER_TAIL:]
+    if len(tail) < 24 or tail[:4] != b"SDPB":
+        return ""
+    theirs = tail[8:24].rstrip(b"\0").decode("ascii", "replace")
+    name = soft_fn("softdoca_provider_name", ctypes.c_char_p)
+    ours = (name() or b"native").decode() if name else "native"
+    if theirs == ours:
+        return ""
+    return (f"; it carries a key of softdoca provider {theirs!r}, this process uses provider {ours!r}: set "
+            "SOFTDOCA_PROVIDER alike on both sides")
+
+
 class MemoryMap(Resource):
     """Registered memory (``doca_mmap``); a child of its :class:`~pydoca.device.Device`."""
 
@@ -119,9 +139,11 @@ class MemoryMap(Resource):
         dev_handle = dev.handle
         out = ffi.new("struct doca_mmap **")
         user_data = ffi.new("union doca_data *")
-        check(lib.doca_mmap_create_from_export(user_data, ffi.from_buffer(data), len(data), dev_handle, out),
-              f"doca_mmap_create_from_export (the {len(data)}-byte memory descriptor was refused: it must be "
-              "the bytes the peer's MemoryMap.export_rdma() returned, unmodified, from the same DOCA backend)")
+        rc = lib.doca_mmap_create_from_export(user_data, ffi.from_buffer(data), len(data), dev_handle, out)
+        if rc != 0:
+            check(rc, f"doca_mmap_create_from_export (the {len(data)}-byte memory descriptor was refused: it must "
+                      "be the bytes the peer's MemoryMap.export_rdma() returned, unmodified, from the same DOCA "
+                      f"backend{_provider_note(data)})")
         obj = cls.__new__(cls)
         Resource.__init__(obj, dev)
         obj._tasks = {}

@@ -82,9 +82,11 @@ class ShapeBuilder:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-4000:]}")
 
     def objects(self) -> List[Path]:
-        """softdoca/src/*.c but error.c, compiled (once)."""
+        """softdoca/src/*.c but error.c, and the provider interface (no ucx provider: these shapes stand for
+        DOCA), compiled (once)."""
         if self._objs is None:
             srcs = sorted(p for p in (SOFTDOCA / "src").glob("*.c") if p.name != "error.c")
+            srcs.append(SOFTDOCA / "src" / "providers" / "provider.c")
             objs = [self.objdir / (p.stem + ".o") for p in srcs]
             with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
                 list(pool.map(lambda so: self._cc(["-c", str(so[0]), "-o", str(so[1])]), zip(srcs, objs)))

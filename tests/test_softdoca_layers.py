@@ -34,7 +34,8 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("rx framing", ("rdma_rx",)),
     ("engine thread", ("rdma_loop",)),
     ("connections, data operations, tasks, context",
-     ("rdma_wire", "rdma_xport", "rdma_conn", "rdma_cm", "rdma_tasks", "rdma_sync_event", "rdma_ctx")),
+     ("rdma_wire", "rdma_xport", "rdma_conn", "rdma_cm", "rdma_tasks", "rdma_sync_event", "rdma_ctx",
+      "rdma_prov")),
     ("task API", ("rdma_task_api",)),
 ]
 

@@ -24,6 +24,20 @@
 extern "C" {
 #endif
 
+/* ---------------------------------------------------------------- providers
+ * SOFTDOCA_PROVIDER=native|auto|ucx picks what moves the bytes of one-sided
+ * operations (docs/providers.md). softdoca_provider_name: the provider in use
+ * ("native" when none other was asked for or could start). For a connection:
+ * softdoca_transport_name: the native link's transport, "tcp" or "shm"
+ * (same-host transport); softdoca_provider_transport: the provider's own
+ * transports once its connection is up (e.g. "tcp", "rc_mlx5"), NULL when
+ * none (the connection's operations then all take the native link). */
+const char *softdoca_provider_name(void);
+/* The providers this softdoca was built with, comma-separated ("native,ucx"). */
+const char *softdoca_providers_built(void);
+const char *softdoca_transport_name(const struct doca_rdma_connection *conn);
+const char *softdoca_provider_transport(const struct doca_rdma_connection *conn);
+
 /* ---------------------------------------------------------------- task batches
  * DOCA's task batch API (doca_task_batch_submit/_try_submit/_free/_get_status/
  * _set_user_data/_get_user_data/_get_ctx/_get_ctx_user_data/_get_tasks_num)

@@ -177,6 +177,13 @@ struct doca_mmap {
 	int token_set;
 	const struct doca_dev *token_dev;
 	uint8_t token[SD_KEY_LEN];
+	/* provider (rdma_prov.c, SOFTDOCA_PROVIDER): local maps: the registration
+	 * and its remote-key blob, appended to the export; remote maps: the blob
+	 * from the export and the key imported from it at the first operation */
+	struct sd_prov_mr *prov_mr;
+	struct sd_prov_rkey *prov_rkey;
+	uint8_t *prov_blob;
+	size_t prov_blob_len;
 };
 
 /* Bit of doca_mmap.num_bufs set by the destroy of a thread-safe map with bufs
@@ -218,6 +225,17 @@ doca_error_t sd_mmap_acquire_inst(uint64_t instance, uint64_t id, const uint8_t 
  * objects link without the rdma modules (test_common). */
 void sd_xport_publish(const struct doca_mmap *m) __attribute__((weak));
 void sd_xport_revoke(const struct doca_mmap *m) __attribute__((weak));
+
+/* Provider (rdma_prov.c, SOFTDOCA_PROVIDER=ucx): a started local map is
+ * registered with the provider (an error fails doca_mmap_start: a provider
+ * asked for is never skipped); revoke deregisters it (local) or releases its
+ * imported key (remote); import checks the provider section that follows the
+ * native descriptor in an export. Weak, as above. */
+struct sd_prov_mr;
+struct sd_prov_rkey;
+doca_error_t sd_prov_mmap_publish(struct doca_mmap *m) __attribute__((weak));
+void sd_prov_mmap_revoke(struct doca_mmap *m) __attribute__((weak));
+doca_error_t sd_prov_mmap_import(struct doca_mmap *m, const uint8_t *tail, size_t len) __attribute__((weak));
 
 /* Export descriptor (doca_mmap_export_rdma), little-endian, no padding:
  *   u32 magic "SDMM" | u16 version | u16 total length | u64 instance | u64 map id

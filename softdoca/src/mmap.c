@@ -161,6 +161,8 @@ static doca_error_t reg_drain(struct doca_mmap *m)
 
 	if (sd_xport_revoke) /* same-host transport first: no peer copy after this */
 		sd_xport_revoke(m);
+	if (sd_prov_mmap_revoke)
+		sd_prov_mmap_revoke(m);
 	pthread_once(&reg_once, reg_init);
 	clock_gettime(CLOCK_MONOTONIC, &dl);
 	dl.tv_sec += (time_t)(ms / 1000);
@@ -293,6 +295,8 @@ SD_EXPORT doca_error_t doca_mmap_create(struct doca_mmap **mmap)
 
 static void mmap_free(struct doca_mmap *m)
 {
+	if (sd_prov_mmap_revoke && (m->prov_mr || m->prov_rkey || m->prov_blob))
+		sd_prov_mmap_revoke(m);
 	pthread_mutex_destroy(&m->lock);
 	free(m->devs);
 	free(m->export_blob);
@@ -371,6 +375,11 @@ SD_EXPORT doca_error_t doca_mmap_start(struct doca_mmap *mmap)
 			rc = DOCA_ERROR_OPERATING_SYSTEM;
 		if (rc == DOCA_SUCCESS && reg_add(mmap) != 0)
 			rc = DOCA_ERROR_NO_MEMORY;
+		if (rc == DOCA_SUCCESS && sd_prov_mmap_publish) {
+			rc = sd_prov_mmap_publish(mmap); /* SOFTDOCA_PROVIDER: register with it */
+			if (rc != DOCA_SUCCESS)
+				reg_drain(mmap);
+		}
 		if (rc == DOCA_SUCCESS) {
 			mmap->started = 1;
 			mmap->was_started = 1;
@@ -461,8 +470,8 @@ SD_EXPORT doca_error_t doca_mmap_export_rdma(struct doca_mmap *mmap, const struc
 		rc = DOCA_ERROR_INVALID_VALUE;
 		goto out;
 	}
-	if (!mmap->export_blob) {
-		mmap->export_blob = malloc(SD_MMAP_DESC_LEN);
+	if (!mmap->export_blob) { /* the native descriptor, then the provider's key if registered with one */
+		mmap->export_blob = malloc(SD_MMAP_DESC_LEN + mmap->prov_blob_len);
 		if (!mmap->export_blob) {
 			rc = DOCA_ERROR_NO_MEMORY;
 			goto out;
@@ -483,7 +492,9 @@ SD_EXPORT doca_error_t doca_mmap_export_rdma(struct doca_mmap *mmap, const struc
 	}
 	d.port = 0;
 	sd_mmap_desc_encode(&d, mmap->export_blob);
-	mmap->export_len = SD_MMAP_DESC_LEN;
+	if (mmap->prov_blob_len)
+		memcpy(mmap->export_blob + SD_MMAP_DESC_LEN, mmap->prov_blob, mmap->prov_blob_len);
+	mmap->export_len = SD_MMAP_DESC_LEN + mmap->prov_blob_len;
 	mmap->exported = 1;
 	*export_desc = mmap->export_blob;
 	*export_desc_len = mmap->export_len;
@@ -504,12 +515,24 @@ SD_EXPORT doca_error_t doca_mmap_create_from_export(const union doca_data *user_
 		return DOCA_ERROR_INVALID_VALUE;
 	if (!sd_handle_live_kind(dev, SD_H_DEV))
 		return DOCA_ERROR_BAD_STATE;
-	rc = sd_mmap_desc_parse(export_desc, export_desc_len, &d);
+	/* a provider's key may follow the native descriptor (SOFTDOCA_PROVIDER) */
+	rc = sd_mmap_desc_parse(export_desc, export_desc_len > SD_MMAP_DESC_LEN ? SD_MMAP_DESC_LEN : export_desc_len,
+				&d);
 	if (rc != DOCA_SUCCESS)
 		return rc;
+	if (export_desc_len > SD_MMAP_DESC_LEN && !sd_prov_mmap_import)
+		return DOCA_ERROR_INVALID_VALUE;
 	m = mmap_alloc();
 	if (!m)
 		return DOCA_ERROR_NO_MEMORY;
+	if (export_desc_len > SD_MMAP_DESC_LEN) {
+		rc = sd_prov_mmap_import(m, (const uint8_t *)export_desc + SD_MMAP_DESC_LEN,
+					 export_desc_len - SD_MMAP_DESC_LEN);
+		if (rc != DOCA_SUCCESS) {
+			mmap_free(m);
+			return rc;
+		}
+	}
 	m->remote = 1;
 	m->started = 1;
 	m->addr = (uint8_t *)(uintptr_t)d.addr;

@@ -40,6 +40,10 @@
  *   rdma_tasks.c     task pools, validation, submit
  *   rdma_sync_event.c  remote-net sync-event tasks (over the data operations)
  *   rdma_ctx.c       context, configuration, capabilities, event delivery
+ *   rdma_prov.c      the provider bridge (SOFTDOCA_PROVIDER): one-sided
+ *                    operations through a provider of providers/ (ucx), its
+ *                    connection beside the native link, registrations,
+ *                    the engine hook that progresses it
  * 6 task API
  *   rdma_task_api.c  per-type public task API
  *
@@ -117,6 +121,7 @@ enum sd_wire_op {
 	SD_OP_PONG = 49,
 	SD_OP_RNR_WAIT = 50,    /* responder is holding a message for a receive */
 	SD_OP_DISCONNECT = 51,
+	SD_OP_PROV_ADDR = 52,   /* provider connection address (SOFTDOCA_PROVIDER), after establishment */
 };
 
 /* Why the target refused an operation (arg0 of an error response). */
@@ -392,6 +397,8 @@ struct sd_link {
 	int close_after_flush;
 	int unflushed;                           /* tasks queued without DOCA_TASK_SUBMIT_FLAG_FLUSH */
 	uint64_t next_req_id;
+	/* provider (rdma_prov.c): the PROV_ADDR payload being received */
+	uint8_t *prov_buf;
 	/* same-host transport (rdma_xport.c): the peer's registration table */
 	struct sd_xpeer *xpeer;
 	/* why the link is being closed: the detail of the tasks it flushes */
@@ -437,6 +444,18 @@ struct doca_rdma_connection {
 	atomic_int task_refs;                /* tasks whose conn / result conn it is */
 	uint64_t closed_seq;                 /* rdma->close_seq when it closed (0: open) */
 	char why[SD_DETAIL_LEN];             /* why it broke ("" unknown) */
+	/* provider (rdma_prov.c): its connection, usable once pready; operations
+	 * in flight there; operations waiting for them to finish before they take
+	 * the native link (hold queue, through qnext) */
+	struct sd_prov_conn *pconn;
+	int pready, paddr_seen, pbroken;
+	uint32_t peer_perms;                 /* the peer context's permissions (PROV_ADDR) */
+	uint64_t pinstance;                  /* the peer's process instance (PROV_ADDR) */
+	struct doca_rdma_connection *pbroken_next;
+	uint32_t prov_out;
+	struct ptok *ptoks;
+	struct sd_rtask *hold_head, *hold_tail;
+	char ptransport[64];
 };
 
 enum sd_event_type { SD_EV_REQUEST = 1, SD_EV_ESTABLISHED, SD_EV_FAILURE, SD_EV_DISCONNECT };
@@ -498,6 +517,7 @@ struct doca_rdma {
 	struct sd_pool *retired;
 	/* runtime, engine lock */
 	int running;
+	int prov_ref;                         /* holds a reference on the provider (rdma_prov.c) */
 	const struct sd_rdma_ops *eng_ops;    /* the connection layer's handlers (NULL: none yet) */
 	struct doca_rdma *eng_next;
 	struct doca_rdma_connection *conns;
@@ -539,6 +559,18 @@ void sd_eng_ep_mod(struct sd_ep *ep, uint32_t events);
 void sd_eng_ep_del(struct sd_ep *ep);
 /* Wake the engine thread. */
 void sd_eng_kick(void);
+/* Whether this thread holds the engine lock. */
+int sd_eng_held(void);
+/* A provider the engine thread progresses (rdma_prov.c): progress() every
+ * turn; arm() before it sleeps (nonzero: do not sleep; *sleep_ms >= 0: wake
+ * by then); ep (its fd, on_event set) joins the epoll set while an engine
+ * runs. NULL removes it. Engine lock held. */
+struct sd_eng_hook {
+	int (*progress)(void);
+	int (*arm)(int *sleep_ms);
+};
+void sd_eng_set_hook(const struct sd_eng_hook *hook, struct sd_ep *ep);
+const struct sd_eng_hook *sd_eng_get_hook(void);
 /* The earlier of two deadlines, 0 meaning none. */
 static inline uint64_t sd_min_deadline(uint64_t a, uint64_t b)
 {
@@ -700,5 +732,27 @@ void sd_xport_offer(struct sd_link *link, struct sd_hdr *h);
 void sd_xport_on_offer(struct sd_link *link, const struct sd_hdr *h);
 /* The connection of link is established: open the peer's table. */
 void sd_xport_attach(struct sd_link *link);
+
+/* ---------------------------------------------------------------- provider bridge (rdma_prov.c) */
+/* Engine lock held. SOFTDOCA_PROVIDER: the provider in use ("native" when
+ * none), and whether one other than native was asked for. */
+const char *sd_prov_name(void);
+int sd_prov_asked(void);
+/* A context starts / stops using it (an asked-for provider that cannot
+ * start fails the start with the reason logged). */
+doca_error_t sd_prov_rdma_start(void);
+void sd_prov_rdma_stop(void);
+/* The connection's native link is established: create the provider
+ * connection, send its address (PROV_ADDR). */
+void sd_prov_conn_start(struct doca_rdma_connection *c);
+/* The peer's PROV_ADDR arrived. -1: protocol error (close the link). */
+int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len);
+/* The connection closes: close its provider connection, fail what is in
+ * flight there or held. */
+void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status);
+/* Try t on the provider (1: taken, held or completed; 0: native link). */
+int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_link *link);
+/* The provider's transports of an established connection, NULL if none. */
+const char *sd_prov_conn_transport(const struct doca_rdma_connection *c);
 
 #endif

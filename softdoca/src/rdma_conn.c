@@ -174,6 +174,7 @@ void sd_conn_established(struct doca_rdma_connection *conn)
 	l->last_rx_ns = sd_now_ns();
 	sd_xport_attach(l);
 	sd_rdma_queue_event(conn->rdma, SD_EV_ESTABLISHED, conn);
+	sd_prov_conn_start(conn); /* SOFTDOCA_PROVIDER: its connection, beside the native link */
 	while (conn->wq_head) {
 		struct sd_rtask *t = conn->wq_head;
 		conn->wq_head = t->qnext;
@@ -188,6 +189,7 @@ void sd_conn_on_link_closed(struct doca_rdma_connection *conn, doca_error_t stat
 {
 	enum sd_conn_state prev = conn->state;
 
+	sd_prov_conn_end(conn, status);
 	if (conn->link) {
 		struct sd_link *l = conn->link;
 		conn->link = NULL;
@@ -279,12 +281,40 @@ enum sd_fail_reason sd_rdma_conn_fail_reason(const struct doca_rdma_connection *
 }
 
 /* ---------------------------------------------------------------- handshake */
+#define SD_PROV_OFFER_MAGIC 0x50524f56u /* "PROV", high half of the offer; low half: the provider */
+
+static uint64_t prov_offer(void)
+{
+	const char *n = sd_prov_name();
+	uint32_t id = 0;
+
+	if (!strcmp(n, "native"))
+		return 0;
+	for (; *n; n++)
+		id = id * 31u + (uint8_t)*n;
+	return ((uint64_t)SD_PROV_OFFER_MAGIC << 32) | (id ? id : 1);
+}
+
+/* Both sides must use the same provider: refuse a handshake that says otherwise. */
+static int prov_check(const struct sd_hdr *h)
+{
+	uint64_t mine = prov_offer(), theirs = (h->raddr >> 32) == SD_PROV_OFFER_MAGIC ? h->raddr : 0;
+
+	if (mine == theirs)
+		return 0;
+	SD_WARN("rdma: the peer uses %s provider, this process uses provider %s: set SOFTDOCA_PROVIDER alike on both "
+		"sides", theirs ? "another" : "the native", sd_prov_name());
+	return -1;
+}
+
 int sd_conn_send_ctrl(struct sd_link *l, uint8_t op, const void *payload, size_t len)
 {
 	struct sd_hdr h = {.opcode = op};
 
-	if (op == SD_OP_HELLO || op == SD_OP_HELLO_ACK || op == SD_OP_CM_REQ || op == SD_OP_CM_ACCEPT)
+	if (op == SD_OP_HELLO || op == SD_OP_HELLO_ACK || op == SD_OP_CM_REQ || op == SD_OP_CM_ACCEPT) {
 		sd_xport_offer(l, &h);
+		h.raddr = prov_offer(); /* which provider this side uses (older peers: 0, native) */
+	}
 	return sd_link_send_ctrl(l, &h, payload, len);
 }
 
@@ -339,8 +369,11 @@ int sd_conn_on_handshake(struct sd_link *l, const struct sd_hdr *h, const uint8_
 	struct doca_rdma_connection *c = l->conn;
 
 	if (h->opcode == SD_OP_HELLO || h->opcode == SD_OP_HELLO_ACK || h->opcode == SD_OP_CM_REQ ||
-	    h->opcode == SD_OP_CM_ACCEPT)
+	    h->opcode == SD_OP_CM_ACCEPT) {
+		if (prov_check(h) != 0)
+			return -1;
 		sd_xport_on_offer(l, h);
+	}
 	switch (h->opcode) {
 	case SD_OP_HELLO:
 		if (c || l->from_listener != 1 || l->have_hello || h->payload_len != SD_HELLO_LEN)

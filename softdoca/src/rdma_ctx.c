@@ -172,7 +172,17 @@ static doca_error_t rdma_start(struct doca_ctx *ctx)
 	if (rc != DOCA_SUCCESS)
 		return rc;
 	events_clear(rdma);
-	return sd_eng_attach(rdma);
+	rc = sd_eng_attach(rdma);
+	if (rc != DOCA_SUCCESS)
+		return rc;
+	sd_eng_lock();
+	rc = sd_prov_rdma_start(); /* SOFTDOCA_PROVIDER: one asked for that cannot start fails the start */
+	if (rc == DOCA_SUCCESS)
+		rdma->prov_ref = 1;
+	else
+		sd_eng_detach_locked(rdma, DOCA_ERROR_CONNECTION_ABORTED);
+	sd_eng_unlock();
+	return rc;
 }
 
 static void rdma_stop(struct doca_ctx *ctx)
@@ -181,6 +191,10 @@ static void rdma_stop(struct doca_ctx *ctx)
 
 	sd_eng_lock();
 	sd_eng_detach_locked(rdma, DOCA_ERROR_CONNECTION_ABORTED);
+	if (rdma->prov_ref) {
+		rdma->prov_ref = 0;
+		sd_prov_rdma_stop();
+	}
 	sd_eng_unlock();
 	events_clear(rdma);
 }

@@ -138,6 +138,11 @@ void sd_eng_unlock(void)
 	pthread_mutex_unlock(&eng.lock);
 }
 
+/* provider hook (sd_eng_set_hook): engine lock */
+static const struct sd_eng_hook *eng_hook;
+static struct sd_ep *eng_hook_ep;
+static int eng_hook_added;
+
 /* ---------------------------------------------------------------- epoll set */
 int sd_eng_ep_open(void)
 {
@@ -155,6 +160,7 @@ int sd_eng_ep_open(void)
 
 void sd_eng_ep_close(void)
 {
+	eng_hook_added = 0; /* the provider's fd joins the next engine's set (sd_eng_get_hook) */
 	if (eng.epfd >= 0)
 		close(eng.epfd);
 	if (eng.efd.fd >= 0)
@@ -191,6 +197,33 @@ void sd_eng_ep_del(struct sd_ep *ep)
 {
 	if (eng.epfd >= 0 && ep->fd >= 0)
 		epoll_ctl(eng.epfd, EPOLL_CTL_DEL, ep->fd, NULL);
+}
+
+int sd_eng_held(void)
+{
+	return eng_held;
+}
+
+/* ---------------------------------------------------------------- provider hook */
+
+void sd_eng_set_hook(const struct sd_eng_hook *hook, struct sd_ep *ep)
+{
+	if (eng_hook_ep && eng_hook_added)
+		sd_eng_ep_del(eng_hook_ep);
+	eng_hook = hook;
+	eng_hook_ep = hook ? ep : NULL;
+	eng_hook_added = 0;
+	if (eng_hook_ep && eng.epfd >= 0 && sd_eng_ep_add(eng_hook_ep, EPOLLIN) == 0)
+		eng_hook_added = 1;
+	if (hook)
+		sd_eng_kick();
+}
+
+const struct sd_eng_hook *sd_eng_get_hook(void)
+{
+	if (eng_hook_ep && !eng_hook_added && eng.epfd >= 0 && sd_eng_ep_add(eng_hook_ep, EPOLLIN) == 0)
+		eng_hook_added = 1;
+	return eng_hook;
 }
 
 void sd_eng_kick(void)

@@ -57,6 +57,8 @@ static uint32_t max_payload(uint8_t op)
 		return SD_RDMA_MAX_MSG;
 	case SD_OP_ATOMIC_RESP:
 		return 8;
+	case SD_OP_PROV_ADDR:
+		return 64u << 10;
 	default:
 		return 0;
 	}
@@ -88,7 +90,7 @@ int sd_hdr_decode(const uint8_t in[SD_HDR_LEN], struct sd_hdr *h)
 	case SD_OP_CM_REJECT: case SD_OP_CM_RTU: case SD_OP_WRITE: case SD_OP_WRITE_IMM:
 	case SD_OP_SEND: case SD_OP_SEND_IMM: case SD_OP_READ: case SD_OP_CMP_SWP:
 	case SD_OP_FETCH_ADD: case SD_OP_RESP: case SD_OP_READ_RESP: case SD_OP_ATOMIC_RESP:
-	case SD_OP_PING: case SD_OP_PONG: case SD_OP_RNR_WAIT: case SD_OP_DISCONNECT:
+	case SD_OP_PING: case SD_OP_PONG: case SD_OP_RNR_WAIT: case SD_OP_DISCONNECT: case SD_OP_PROV_ADDR:
 		break;
 	default:
 		return -1;
@@ -325,6 +327,7 @@ void sd_link_free_closed(void)
 
 		graveyard = l->next;
 		free(l->park_buf);
+		free(l->prov_buf);
 		free(l->rb);
 		l->ops->on_free(l);
 		SD_LIVE_DEC(SD_LIVE_LINK);

@@ -272,8 +272,9 @@ static void *loop_main(void *arg)
 {
 	struct sd_engthr *et = arg;
 	struct epoll_event evs[64];
-	int timeout = -1;
+	int timeout = -1, busy;
 	uint64_t spin_until = 0, spin = loop_spin_ns();
+	const struct sd_eng_hook *hook;
 
 	for (;;) {
 		int n = sd_eng_ep_wait(evs, 64, timeout);
@@ -312,7 +313,23 @@ static void *loop_main(void *arg)
 		now = sd_now_ns();
 		next = loop_timers(now);
 		sd_link_free_closed();
+		hook = sd_eng_get_hook();
+		busy = 0;
+		if (hook) { /* a provider (SOFTDOCA_PROVIDER): progress it, arm its fd before sleeping */
+			int ms = -1;
+
+			if (hook->progress() > 0)
+				n = n > 0 ? n : 1;
+			if (hook->arm(&ms))
+				busy = 1;
+			else if (ms >= 0)
+				next = sd_min_deadline(next, now + (uint64_t)ms * 1000000ull);
+		}
 		sd_eng_unlock();
+		if (busy) {
+			timeout = 0;
+			continue;
+		}
 		if (n > 0 && spin)
 			spin_until = now + spin;
 		if (spin_until && now < spin_until) {

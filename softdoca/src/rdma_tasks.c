@@ -596,7 +596,9 @@ static doca_error_t rtask_submit(struct doca_task *task)
 	} else if (c->state == SDC_ESTABLISHED && c->link) {
 		struct sd_link *l = c->link;
 
-		if (sd_xport_try(t, l)) {
+		if (sd_prov_try(t, c, l)) {
+			/* taken by the provider (SOFTDOCA_PROVIDER), or held behind its operations */
+		} else if (sd_xport_try(t, l)) {
 			/* done over the same-host transport (completion queued) */
 		} else {
 			sd_rtask_start(t, l);

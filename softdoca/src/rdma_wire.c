@@ -475,6 +475,18 @@ int sd_wire_on_header(struct sd_link *l, doca_error_t *st)
 	case SD_OP_DISCONNECT:
 		l->rx_action = SD_RXA_CTRL;
 		return 0;
+	case SD_OP_PROV_ADDR: /* a provider connection's address (rdma_prov.c) */
+		if (!h->payload_len || h->payload_len > (64u << 10) || l->prov_buf)
+			return -1;
+		l->prov_buf = malloc(h->payload_len);
+		if (!l->prov_buf)
+			return -1;
+		l->rx_action = SD_RXA_CTRL;
+		l->rx_iov1.iov_base = l->prov_buf;
+		l->rx_iov1.iov_len = h->payload_len;
+		l->rx_iov = &l->rx_iov1;
+		l->rx_iovcnt = 1;
+		return 0;
 	case SD_OP_RESP:
 	case SD_OP_READ_RESP:
 	case SD_OP_ATOMIC_RESP: {
@@ -580,6 +592,13 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 		case SD_OP_DISCONNECT:
 			SD_DBG("rdma: peer disconnected");
 			return -1;
+		case SD_OP_PROV_ADDR: {
+			int r = l->conn ? sd_prov_on_addr(l->conn, l->prov_buf, h->payload_len) : -1;
+
+			free(l->prov_buf);
+			l->prov_buf = NULL;
+			return r;
+		}
 		default:
 			return sd_conn_on_handshake(l, h, l->ctrl_buf);
 		}

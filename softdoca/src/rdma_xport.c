@@ -712,3 +712,24 @@ SD_EXPORT const char *softdoca_transport_name(const struct doca_rdma_connection 
 	sd_eng_unlock();
 	return name;
 }
+
+SD_EXPORT const char *softdoca_provider_name(void)
+{
+	return sd_prov_name();
+}
+
+SD_EXPORT const char *softdoca_provider_transport(const struct doca_rdma_connection *conn)
+{
+	static _Thread_local char out[64];
+	const char *t = NULL;
+
+	if (!conn)
+		return NULL;
+	sd_eng_lock();
+	if (sd_conn_live(conn))
+		t = sd_prov_conn_transport(conn);
+	if (t)
+		snprintf(out, sizeof(out), "%s", t);
+	sd_eng_unlock();
+	return t ? out : NULL;
+}

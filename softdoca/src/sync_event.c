@@ -728,7 +728,7 @@ SD_EXPORT doca_error_t doca_sync_event_export_to_remote_net(struct doca_sync_eve
 			rc = doca_mmap_export_rdma(se->xmap, se->dev, &desc, &len);
 		if (rc != DOCA_SUCCESS)
 			goto out;
-		if (len != SD_MMAP_DESC_LEN) {
+		if (len < SD_MMAP_DESC_LEN) { /* a provider's key may follow (SOFTDOCA_PROVIDER): the native part serves */
 			rc = DOCA_ERROR_UNEXPECTED;
 			goto out;
 		}

@@ -922,8 +922,12 @@ int main(int argc, char **argv)
 		test_rma(sv[0], c, rk, base);
 		printf("  atomics\n");
 		test_atomics(sv[0], c, rk, base);
-		printf("  messages\n");
-		test_messages(sv[0], c, rk, base);
+		if (getenv("NOMSG")) { /* known gap (docs/providers.md): messages are not reliable yet */
+			printf("  messages: skipped (NOMSG)\n");
+		} else {
+			printf("  messages\n");
+			test_messages(sv[0], c, rk, base);
+		}
 		printf("  bad input\n");
 		test_bad_input(c, rkblob, rklen, roblob, rolen, base);
 		printf("  cm\n");

@@ -1,0 +1,869 @@
+/*
+ * softdoca RDMA: the provider bridge. With SOFTDOCA_PROVIDER=ucx the bytes of
+ * one-sided operations (write, read, atomics) move through a provider
+ * (providers/provider.h) instead of softdoca's own wire; everything else keeps
+ * the connection's native link: the handshake (OOB and RDMA CM), keepalive,
+ * disconnect, two-sided messages and remote sync events.
+ *
+ * Set-up: one provider instance per process (opened by the first mmap start
+ * or rdma ctx start that needs it, kept for the life of the process). Its fd
+ * sits in the engine's epoll set and the engine thread progresses it (a
+ * one-sided operation completes without the target calling doca_pe_progress).
+ * A local mmap registers its range at start; its export carries the
+ * provider's remote-key blob after the native descriptor. Once a connection is
+ * established on its native link, both sides create a provider connection and
+ * send its address blob in a PROV_ADDR frame; the provider connection becomes
+ * usable when the provider reports it established.
+ *
+ * Ordering (DOCA's RC order on a connection): at most one path is active. An
+ * eligible operation (one-sided, remote map with a provider key, provider
+ * connection up) takes the provider only when the native link has nothing
+ * queued or outstanding; any operation that must take the native link while
+ * provider operations are outstanding waits in the connection's hold queue,
+ * released in order once they all completed. A provider write completes when
+ * its data is at the target (the provider flushes), so what follows on the
+ * native link sees it.
+ *
+ * Selection: SOFTDOCA_PROVIDER=native (default) | auto (= native today) | ucx.
+ * A provider that was asked for and cannot start fails the mmap or context
+ * start with a reason naming the cause and the fix; never a silent fallback.
+ */
+#define _GNU_SOURCE
+#include "rdma.h"
+#include "providers/provider.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+static struct {
+	int decided;                          /* SOFTDOCA_PROVIDER read */
+	const struct sd_provider_ops *ops;    /* NULL: native */
+	struct sd_prov *p;                    /* open instance */
+	long users;                           /* started rdma ctxs + registered / imported maps */
+	doca_error_t err;                     /* why the asked-for provider cannot start */
+	char why[SD_PROV_WHY_LEN];
+	struct sd_ep ep;                      /* its fd in the engine's set */
+	int ep_added;
+} P = {.ep = {.fd = -1}};
+
+static void prov_atfork_child(void)
+{
+	/* the parent's instance is not ours: forget it (never close it here) */
+	P.p = NULL;
+	P.users = 0;
+	P.ep_added = 0;
+	P.ep.fd = -1;
+}
+
+static void decide_once(void)
+{
+	const char *e;
+
+	P.decided = 1;
+	pthread_atfork(NULL, NULL, prov_atfork_child);
+	e = getenv("SOFTDOCA_PROVIDER");
+	if (!e || !*e || !strcmp(e, "native") || !strcmp(e, "auto"))
+		return;
+	P.ops = sd_provider_find(e);
+	if (!P.ops) {
+		P.err = DOCA_ERROR_NOT_SUPPORTED;
+		snprintf(P.why, sizeof(P.why),
+			 "SOFTDOCA_PROVIDER=%s: no such provider in this softdoca (built in: native%s); set "
+			 "SOFTDOCA_PROVIDER=native or unset it",
+			 e, sd_provider_find("ucx") ? ", ucx" : " (ucx: rebuild with Debian's libucx-dev)");
+		return;
+	}
+	{
+		struct sd_prov_why w = {{0}};
+		doca_error_t rc = P.ops->probe(&w);
+
+		if (rc != DOCA_SUCCESS) {
+			P.err = rc;
+			snprintf(P.why, sizeof(P.why), "SOFTDOCA_PROVIDER=%s cannot start: %s", e, w.msg);
+			P.ops = NULL;
+		}
+	}
+}
+
+static void decide(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, decide_once);
+}
+
+/* The engine lock is held by the caller of every function below unless said. */
+
+int sd_prov_asked(void)
+{
+	decide();
+	return P.ops != NULL || P.err != DOCA_SUCCESS;
+}
+
+const char *sd_prov_name(void)
+{
+	decide();
+	return P.ops ? P.ops->name : "native";
+}
+
+static void on_ep(struct sd_ep *ep, uint32_t events);
+
+struct pdefer;
+static struct pdefer *deferred;
+static void deferred_sweep(void);
+
+/* Connections whose provider operation failed: broken after progress (a
+ * failed operation breaks an RC connection; not from inside a callback). */
+static struct doca_rdma_connection *broken_head;
+
+static void break_later(struct doca_rdma_connection *c)
+{
+	if (c->pbroken || c->state != SDC_ESTABLISHED)
+		return;
+	c->pbroken = 1;
+	sd_conn_ref(c);
+	c->pbroken_next = broken_head;
+	broken_head = c;
+}
+
+static void break_now(void)
+{
+	while (broken_head) {
+		struct doca_rdma_connection *c = broken_head;
+
+		broken_head = c->pbroken_next;
+		c->pbroken_next = NULL;
+		if (c->state == SDC_ESTABLISHED) {
+			sd_conn_set_why(c, "an operation failed (the connection breaks, as RC does)");
+			sd_conn_fail(c, SD_FAIL_LOST);
+		}
+		sd_conn_unref(c);
+	}
+}
+
+static int prov_progress(void)
+{
+	int n = P.p ? P.ops->progress(P.p) : 0;
+
+	break_now();
+	if (deferred)
+		deferred_sweep();
+	return n;
+}
+
+static int prov_arm(int *sleep_ms)
+{
+	if (!P.p)
+		return 0;
+	P.ops->progress(P.p);
+	return P.ops->arm(P.p, sleep_ms) == DOCA_SUCCESS ? 0 : 1;
+}
+
+static const struct sd_eng_hook prov_hook = {.progress = prov_progress, .arm = prov_arm};
+
+static void on_ep(struct sd_ep *ep, uint32_t events)
+{
+	(void)ep;
+	(void)events;
+	prov_progress();
+}
+
+static void op_done(void *arg, void *op_ctx, doca_error_t status);
+static enum sd_prov_rx_answer on_rx(void *arg, struct sd_prov_conn *conn, void *conn_ctx, const struct sd_prov_rx *rx,
+				    struct sd_prov_iov *dst, int *ndst, void **rx_ctx);
+static void on_rx_done(void *arg, void *rx_ctx, doca_error_t status, size_t len);
+static void on_conn_event(void *arg, struct sd_prov_conn *conn, void *conn_ctx, const struct sd_prov_conn_event *ev);
+static void on_conn_request(void *arg, struct sd_prov_listener *l, void *listener_ctx, struct sd_prov_conn *conn,
+			    const void *priv, size_t priv_len, const struct sockaddr *peer, socklen_t peer_len);
+
+static const struct sd_prov_cbs cbs = {
+	.op_done = op_done,
+	.rx = on_rx,
+	.rx_done = on_rx_done,
+	.conn_event = on_conn_event,
+	.conn_request = on_conn_request,
+};
+
+/* Take a reference on the instance, opening it first. */
+static doca_error_t prov_get(void)
+{
+	decide();
+	if (P.err != DOCA_SUCCESS) {
+		SD_ERR("%s", P.why);
+		return P.err;
+	}
+	if (!P.ops)
+		return DOCA_SUCCESS;
+	if (!P.p) {
+		struct sd_prov_open_params op = {.cbs = &cbs, .timeout_ms = (uint32_t)(sd_eng_timeout_ns() / 1000000ull)};
+		struct sd_prov_why w = {{0}};
+		doca_error_t rc = P.ops->open(&op, &P.p, &w);
+
+		if (rc != DOCA_SUCCESS) {
+			SD_ERR("SOFTDOCA_PROVIDER=%s: the provider did not open: %s", P.ops->name, w.msg);
+			P.p = NULL;
+			return rc;
+		}
+		P.ep.kind = 0;
+		P.ep.on_event = on_ep;
+		if (P.ops->get_fd(P.p, &P.ep.fd) != DOCA_SUCCESS)
+			P.ep.fd = -1;
+		P.ep_added = 0;
+		sd_eng_set_hook(&prov_hook, P.ep.fd >= 0 ? &P.ep : NULL);
+	}
+	P.users++;
+	return DOCA_SUCCESS;
+}
+
+/* The instance stays open for the life of the process once opened: UCX 1.13
+ * aborts the process when a worker is destroyed while one of its endpoints is
+ * still in its wire-up (ucp_worker_destroy -> "got REP message"), which a peer
+ * can cause at any time; the engine keeps progressing it while it runs. */
+static void prov_put(void)
+{
+	if (P.p && P.users > 0)
+		P.users--;
+}
+
+doca_error_t sd_prov_rdma_start(void)
+{
+	return prov_get();
+}
+
+void sd_prov_rdma_stop(void)
+{
+	if (P.ops)
+		prov_put();
+}
+
+/* ---------------------------------------------------------------- memory */
+static void lock_engine(int *took)
+{
+	*took = !sd_eng_held();
+	if (*took)
+		sd_eng_lock();
+}
+
+static void unlock_engine(int took)
+{
+	if (took)
+		sd_eng_unlock();
+}
+
+doca_error_t sd_prov_mmap_publish(struct doca_mmap *m)
+{
+	doca_error_t rc;
+	int took;
+
+	decide();
+	if (!P.ops && P.err == DOCA_SUCCESS)
+		return DOCA_SUCCESS;
+	lock_engine(&took);
+	rc = prov_get();
+	if (rc == DOCA_SUCCESS && P.p) {
+		void *blob = NULL;
+		size_t blen = 0;
+		struct sd_prov_mr *mr = NULL;
+
+		rc = P.ops->reg_mem(P.p, m->addr, m->len, m->permissions, &mr, &blob, &blen);
+		if (rc != DOCA_SUCCESS) {
+			SD_ERR("doca_mmap_start: provider %s could not register %zu bytes: %s", P.ops->name, m->len,
+			       sd_prov_strerror(rc));
+			prov_put();
+		} else {
+			m->prov_mr = mr;
+			m->prov_blob = blob;
+			m->prov_blob_len = blen;
+		}
+	}
+	unlock_engine(took);
+	return rc;
+}
+
+void sd_prov_mmap_revoke(struct doca_mmap *m)
+{
+	int took;
+
+	if (!m->prov_mr && !m->prov_rkey) {
+		free(m->prov_blob);
+		m->prov_blob = NULL;
+		m->prov_blob_len = 0;
+		return;
+	}
+	lock_engine(&took);
+	if (m->prov_mr && P.p) {
+		doca_error_t rc = P.ops->dereg_mem(P.p, m->prov_mr);
+
+		if (rc != DOCA_SUCCESS)
+			SD_WARN("doca_mmap_stop: provider %s could not deregister the map: %s", P.ops->name,
+				sd_prov_strerror(rc));
+		m->prov_mr = NULL;
+		prov_put();
+	}
+	if (m->prov_rkey && P.p) {
+		P.ops->rkey_release(P.p, m->prov_rkey);
+		m->prov_rkey = NULL;
+		prov_put();
+	}
+	unlock_engine(took);
+	free(m->prov_blob);
+	m->prov_blob = NULL;
+	m->prov_blob_len = 0;
+}
+
+/* The provider section of an export after the native descriptor: checked
+ * here, kept as it is, imported at the first operation. */
+doca_error_t sd_prov_mmap_import(struct doca_mmap *m, const uint8_t *tail, size_t len)
+{
+	char named[SD_PROV_NAME_LEN + 1];
+	struct sd_prov_why w = {{0}};
+	const uint8_t *body;
+	size_t body_len;
+	doca_error_t rc;
+
+	decide();
+	sd_prov_blob_provider(tail, len, named);
+	if (!named[0])
+		return DOCA_ERROR_INVALID_VALUE; /* not a provider section: a malformed descriptor */
+	if (!P.ops) {
+		SD_ERR("doca_mmap_create_from_export: the descriptor carries a key of provider '%s', this process "
+		       "uses provider native (set SOFTDOCA_PROVIDER=%s on both sides, or export from a native process)",
+		       named[0] ? named : "?", named[0] ? named : "?");
+		return DOCA_ERROR_NOT_SUPPORTED;
+	}
+	rc = sd_prov_blob_check(tail, len, P.ops->name, SD_PROV_BLOB_RKEY, &body, &body_len, &w);
+	if (rc != DOCA_SUCCESS) {
+		SD_ERR("doca_mmap_create_from_export: %s", w.msg);
+		return rc;
+	}
+	m->prov_blob = malloc(len);
+	if (!m->prov_blob)
+		return DOCA_ERROR_NO_MEMORY;
+	memcpy(m->prov_blob, tail, len);
+	m->prov_blob_len = len;
+	return DOCA_SUCCESS;
+}
+
+/* The imported key of a remote map (NULL: none, go native). */
+static struct sd_prov_rkey *rkey_of(struct doca_mmap *m)
+{
+	if (m->prov_rkey || !m->prov_blob || !m->remote || !P.p)
+		return m->prov_rkey;
+	{
+		struct sd_prov_why w = {{0}};
+
+		if (P.ops->rkey_import(P.p, m->prov_blob, m->prov_blob_len, &m->prov_rkey, NULL, NULL, NULL, &w) !=
+		    DOCA_SUCCESS) {
+			SD_WARN("rdma: provider %s: remote key not usable, operations on this map use the native link: %s",
+				P.ops->name, w.msg);
+			free(m->prov_blob);
+			m->prov_blob = NULL;
+			m->prov_blob_len = 0;
+			m->prov_rkey = NULL;
+			return NULL;
+		}
+		P.users++;
+	}
+	return m->prov_rkey;
+}
+
+/* ---------------------------------------------------------------- connections */
+#define PA_MAGIC 0x41504453u /* "SDPA" */
+#define PA_HDR 16 /* magic u32, context permissions u32, process instance u64 */
+
+static void conn_lost(struct doca_rdma_connection *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void conn_lost(struct doca_rdma_connection *c, const char *fmt, ...)
+{
+	char why[SD_DETAIL_LEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	SD_WARN("rdma: connection %u: %s", c->id, why);
+	sd_conn_set_why(c, why);
+	sd_conn_fail(c, SD_FAIL_LOST);
+}
+
+void sd_prov_conn_start(struct doca_rdma_connection *c)
+{
+	void *blob = NULL;
+	size_t len = 0;
+	doca_error_t rc;
+
+	if (!P.p || c->pconn || !c->link)
+		return;
+	rc = P.ops->conn_create(P.p, c, &c->pconn);
+	if (rc == DOCA_SUCCESS)
+		rc = P.ops->conn_export(c->pconn, &blob, &len);
+	if (rc == DOCA_SUCCESS) {
+		/* PROV_ADDR: magic, this context's permissions (checked by the peer before its
+		 * operations leave, as the target would), then the provider's address blob */
+		uint8_t *msg = malloc(PA_HDR + len);
+
+		if (!msg) {
+			rc = DOCA_ERROR_NO_MEMORY;
+		} else {
+			sd_put_le32(msg, PA_MAGIC);
+			sd_put_le32(msg + 4, c->rdma->permissions);
+			sd_put_le64(msg + 8, sd_instance_id());
+			memcpy(msg + PA_HDR, blob, len);
+			if (sd_conn_send_ctrl(c->link, SD_OP_PROV_ADDR, msg, PA_HDR + len) != 0)
+				rc = DOCA_ERROR_NO_MEMORY;
+			free(msg);
+		}
+	}
+	free(blob);
+	if (rc != DOCA_SUCCESS) {
+		conn_lost(c, "provider %s: cannot set up the connection: %s", P.ops->name, sd_prov_strerror(rc));
+		return;
+	}
+	sd_link_flush(c->link);
+}
+
+int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len)
+{
+	struct sd_prov_why w = {{0}};
+	doca_error_t rc;
+
+	if (!P.p) {
+		SD_WARN("rdma: connection %u: the peer uses a provider, this process uses native (SOFTDOCA_PROVIDER)",
+			c->id);
+		return -1;
+	}
+	if (!c->pconn)
+		sd_prov_conn_start(c);
+	if (!c->pconn || c->paddr_seen || len <= PA_HDR || sd_get_le32(blob) != PA_MAGIC)
+		return -1;
+	c->paddr_seen = 1;
+	c->peer_perms = sd_get_le32((const uint8_t *)blob + 4);
+	c->pinstance = sd_get_le64((const uint8_t *)blob + 8);
+	rc = P.ops->conn_connect(c->pconn, (const uint8_t *)blob + PA_HDR, len - PA_HDR, &w);
+	if (rc != DOCA_SUCCESS) {
+		conn_lost(c, "provider %s: cannot connect to the peer's address: %s", P.ops->name, w.msg);
+		return 0;
+	}
+	return 0;
+}
+
+static void fail_ops(struct doca_rdma_connection *c, doca_error_t status);
+
+/* Provider connections whose DOCA connection ended before they were up: UCX
+ * 1.13 aborts the process when an endpoint closes in the middle of its wire-up
+ * ("got REP message"), so such a connection is closed once it is established,
+ * has failed, or after the engine timeout. */
+struct pdefer {
+	struct pdefer *next;
+	struct sd_prov_conn *pc;
+	uint64_t deadline_ns;
+};
+
+static struct pdefer **deferred_find(const void *ctx)
+{
+	for (struct pdefer **pp = &deferred; *pp; pp = &(*pp)->next)
+		if (*pp == ctx)
+			return pp;
+	return NULL;
+}
+
+static void deferred_close(struct pdefer **pp)
+{
+	struct pdefer *d = *pp;
+
+	*pp = d->next;
+	P.ops->conn_close(d->pc);
+	free(d);
+}
+
+static void deferred_sweep(void)
+{
+	uint64_t now = sd_now_ns();
+
+	for (struct pdefer **pp = &deferred; *pp;) {
+		if (now >= (*pp)->deadline_ns)
+			deferred_close(pp);
+		else
+			pp = &(*pp)->next;
+	}
+}
+
+void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status)
+{
+	if (c->pconn && P.p) {
+		struct pdefer *d = c->pready ? NULL : calloc(1, sizeof(*d));
+
+		if (d) {
+			d->pc = c->pconn;
+			d->deadline_ns = sd_now_ns() + sd_eng_timeout_ns();
+			d->next = deferred;
+			deferred = d;
+			P.ops->conn_set_ctx(c->pconn, d);
+		} else {
+			P.ops->conn_close(c->pconn);
+		}
+		c->pconn = NULL;
+	}
+	c->pready = 0;
+	fail_ops(c, status);
+}
+
+static void on_conn_event(void *arg, struct sd_prov_conn *conn, void *conn_ctx, const struct sd_prov_conn_event *ev)
+{
+	struct doca_rdma_connection *c = conn_ctx;
+	struct pdefer **dp = deferred_find(conn_ctx);
+
+	(void)arg;
+	if (dp) { /* ended before it was up: close it now that its wire-up is over */
+		if ((*dp)->pc == conn)
+			deferred_close(dp);
+		return;
+	}
+	if (!c || c->pconn != conn)
+		return;
+	switch (ev->ev) {
+	case SD_PROV_EV_ESTABLISHED:
+		c->pready = 1;
+		if (P.ops->conn_transport)
+			P.ops->conn_transport(conn, c->ptransport, sizeof(c->ptransport));
+		break;
+	case SD_PROV_EV_REJECTED:
+	case SD_PROV_EV_FAILED:
+	case SD_PROV_EV_DISCONNECTED:
+		/* the peer closed it (the native link says why, or closes with it) or it broke (fatal here) */
+		c->pready = 0;
+		P.ops->conn_close(conn);
+		c->pconn = NULL;
+		fail_ops(c, DOCA_ERROR_CONNECTION_RESET);
+		if (ev->ev != SD_PROV_EV_DISCONNECTED && c->state == SDC_ESTABLISHED)
+			conn_lost(c, "provider %s: %s", P.ops->name, ev->why && ev->why[0] ? ev->why : "connection lost");
+		break;
+	}
+}
+
+static void on_conn_request(void *arg, struct sd_prov_listener *l, void *listener_ctx, struct sd_prov_conn *conn,
+			    const void *priv, size_t priv_len, const struct sockaddr *peer, socklen_t peer_len)
+{
+	/* the bridge never listens through the provider (RDMA CM stays on the native link) */
+	(void)arg;
+	(void)l;
+	(void)listener_ctx;
+	(void)priv;
+	(void)priv_len;
+	(void)peer;
+	(void)peer_len;
+	P.ops->reject(conn, NULL, 0);
+}
+
+static enum sd_prov_rx_answer on_rx(void *arg, struct sd_prov_conn *conn, void *conn_ctx, const struct sd_prov_rx *rx,
+				    struct sd_prov_iov *dst, int *ndst, void **rx_ctx)
+{
+	/* two-sided messages travel on the native link: a peer sending them here is broken */
+	struct doca_rdma_connection *c = conn_ctx;
+
+	(void)arg;
+	(void)conn;
+	(void)rx;
+	(void)dst;
+	(void)rx_ctx;
+	*ndst = 0;
+	if (c)
+		SD_WARN("rdma: connection %u: unexpected provider message dropped", c->id);
+	return SD_PROV_RX_TAKEN;
+}
+
+static void on_rx_done(void *arg, void *rx_ctx, doca_error_t status, size_t len)
+{
+	(void)arg;
+	(void)rx_ctx;
+	(void)status;
+	(void)len;
+}
+
+/* ---------------------------------------------------------------- operations */
+/* The provider's handle of an operation: the task and where an atomic's
+ * result lands. Once the connection ends the task is failed at once and the
+ * token is dead: a report that comes later only frees it, and nothing the
+ * provider writes afterwards reaches the task. */
+struct ptok {
+	struct ptok *prev, *next;
+	struct sd_rtask *t;
+	struct doca_rdma_connection *c;
+	uint64_t res;
+	int dead;
+};
+
+static struct ptok *tok_new(struct doca_rdma_connection *c, struct sd_rtask *t)
+{
+	struct ptok *k = calloc(1, sizeof(*k));
+
+	if (!k)
+		return NULL;
+	k->t = t;
+	k->c = c;
+	k->next = c->ptoks;
+	if (c->ptoks)
+		c->ptoks->prev = k;
+	c->ptoks = k;
+	c->prov_out++;
+	return k;
+}
+
+static void tok_unlink(struct ptok *k)
+{
+	struct doca_rdma_connection *c = k->c;
+
+	if (k->prev)
+		k->prev->next = k->next;
+	else
+		c->ptoks = k->next;
+	if (k->next)
+		k->next->prev = k->prev;
+	k->prev = k->next = NULL;
+	c->prov_out--;
+}
+
+static void release_held(struct doca_rdma_connection *c);
+
+static void finish(struct sd_rtask *t, doca_error_t status, uint64_t res)
+{
+	if (status == DOCA_SUCCESS) {
+		if (t->type == SD_T_READ) {
+			sd_buf_tail_commit(t->dst, t->xfer_len);
+			t->res_len = (uint32_t)t->xfer_len;
+		} else if (t->type == SD_T_CMP_SWP || t->type == SD_T_FETCH_ADD) {
+			struct doca_buf *res_buf = t->result;
+
+			memcpy(res_buf->data + res_buf->data_len, &res, 8);
+			res_buf->data_len += 8;
+		}
+		sd_rtask_complete(t, DOCA_SUCCESS);
+	} else {
+		sd_rtask_fail(t, status, "provider %s: %s failed: %s", P.ops ? P.ops->name : "?",
+			      t->type == SD_T_WRITE ? "write" : t->type == SD_T_READ ? "read" : "atomic",
+			      sd_prov_strerror(status));
+	}
+}
+
+static void op_done(void *arg, void *op_ctx, doca_error_t status)
+{
+	struct ptok *k = op_ctx;
+	struct doca_rdma_connection *c = k->c;
+
+	(void)arg;
+	if (k->dead) {
+		free(k);
+		return;
+	}
+	tok_unlink(k);
+	finish(k->t, status, k->res);
+	free(k);
+	if (status != DOCA_SUCCESS)
+		break_later(c);
+	else if (!c->prov_out)
+		release_held(c);
+}
+
+static void fail_ops(struct doca_rdma_connection *c, doca_error_t status)
+{
+	while (c->ptoks) {
+		struct ptok *k = c->ptoks;
+
+		tok_unlink(k);
+		k->dead = 1;
+		k->c = NULL;
+		finish(k->t, status, 0);
+		k->t = NULL;
+	}
+	while (c->hold_head) {
+		struct sd_rtask *t = c->hold_head;
+
+		c->hold_head = t->qnext;
+		t->qnext = NULL;
+		sd_rtask_fail(t, status, "connection %u closed while the operation waited for the provider's", c->id);
+	}
+	c->hold_tail = NULL;
+}
+
+static int link_idle(const struct sd_link *l)
+{
+	return !l->txq_head && !l->out_head && !l->parked && !l->dead && !l->draining;
+}
+
+/* What the target would refuse, known from the handshake (its context's
+ * permissions) and the descriptor (the map's range and permissions): failed
+ * here with the target's words, and the connection breaks as at a target.
+ * (On fabrics that enforce access, the fabric checks again; on tcp, shared
+ * memory and cma nothing else does: see docs/softdoca-contract.md.) */
+static int refused(struct sd_rtask *t, struct doca_rdma_connection *c, const struct doca_mmap *m, uint64_t raddr)
+{
+	static const uint8_t opcode[SD_T_NUM] = {[SD_T_WRITE] = SD_OP_WRITE, [SD_T_READ] = SD_OP_READ,
+						 [SD_T_CMP_SWP] = SD_OP_CMP_SWP, [SD_T_FETCH_ADD] = SD_OP_FETCH_ADD};
+	uint32_t need = t->type == SD_T_WRITE ? DOCA_ACCESS_FLAG_RDMA_WRITE
+			: t->type == SD_T_READ ? DOCA_ACCESS_FLAG_RDMA_READ : DOCA_ACCESS_FLAG_RDMA_ATOMIC;
+	uint64_t len = t->type == SD_T_WRITE || t->type == SD_T_READ ? t->xfer_len : 8;
+	uint64_t base = (uint64_t)(uintptr_t)m->addr;
+	struct sd_nak_info nak = {.code = SD_NAK_NONE, .map_id = m->id, .base = base, .len = m->len};
+	char d[SD_DETAIL_LEN];
+
+	if ((c->peer_perms & need) != need) {
+		nak.code = SD_NAK_CTX_PERM;
+		nak.perms = c->peer_perms;
+	} else if (m->peer_instance != c->pinstance) {
+		nak.code = SD_NAK_INSTANCE;
+	} else if (raddr < base || raddr + len < raddr || len > m->len || raddr - base > m->len - len) {
+		nak.code = SD_NAK_BOUNDS;
+	} else if ((m->permissions & need) != need) {
+		nak.code = SD_NAK_MAP_PERM;
+		nak.perms = m->permissions;
+	} else if (len == 8 && (raddr & 7)) {
+		nak.code = SD_NAK_ALIGN;
+	}
+	if (nak.code == SD_NAK_NONE)
+		return 0;
+	sd_nak_describe(d, sizeof(d), 1, opcode[t->type], raddr, len, &nak);
+	sd_rtask_fail(t, DOCA_ERROR_NOT_PERMITTED, "%s", d);
+	break_later(c);
+	break_now();
+	return 1;
+}
+
+/* Submit t to the provider: 1 taken (or failed at once, completed), 0 not eligible. */
+static int prov_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
+{
+	struct doca_buf *r;
+	struct sd_prov_rkey *rk;
+	struct sd_prov_iov iov[SD_RDMA_MAX_BUF_LIST];
+	struct ptok *k;
+	uint64_t raddr;
+	doca_error_t rc;
+	int n;
+
+	if (!c->pready || !c->pconn)
+		return 0;
+	switch (t->type) {
+	case SD_T_WRITE:
+		r = t->dst;
+		break;
+	case SD_T_READ:
+		r = t->src;
+		break;
+	case SD_T_CMP_SWP:
+	case SD_T_FETCH_ADD:
+		r = t->dst;
+		break;
+	default:
+		return 0;
+	}
+	if (!r || !r->mmap || !r->mmap->remote || ((t->type == SD_T_WRITE || t->type == SD_T_READ) && !t->xfer_len))
+		return 0; /* zero-length: nothing to move, the native link answers it */
+	rk = rkey_of(r->mmap);
+	if (!rk)
+		return 0;
+	raddr = (uint64_t)(uintptr_t)r->data;
+	if (refused(t, c, r->mmap, raddr))
+		return 1;
+	n = t->iovn < (int)SD_RDMA_MAX_BUF_LIST ? t->iovn : (int)SD_RDMA_MAX_BUF_LIST;
+	for (int i = 0; i < n; i++) {
+		iov[i].addr = t->iov[i].iov_base;
+		iov[i].len = t->iov[i].iov_len;
+		iov[i].mr = NULL;
+	}
+	k = tok_new(c, t);
+	if (!k) {
+		sd_rtask_fail(t, DOCA_ERROR_NO_MEMORY, "provider %s: no memory for the operation", P.ops->name);
+		return 1;
+	}
+	switch (t->type) {
+	case SD_T_WRITE:
+		rc = P.ops->write(c->pconn, iov, n, rk, raddr, k);
+		break;
+	case SD_T_READ:
+		rc = P.ops->read(c->pconn, iov, n, rk, raddr, k);
+		break;
+	case SD_T_CMP_SWP:
+		rc = P.ops->atomic_cswap(c->pconn, rk, raddr, t->arg0, t->arg1, &k->res, k);
+		break;
+	default:
+		rc = P.ops->atomic_fadd(c->pconn, rk, raddr, t->arg0, &k->res, k);
+		break;
+	}
+	if (rc != DOCA_SUCCESS) { /* refused before it left (the requester's checks): fatal, as at a target */
+		tok_unlink(k);
+		free(k);
+		finish(t, rc, 0);
+		break_later(c);
+		break_now();
+	} else {
+		sd_eng_kick(); /* the engine progresses the provider (and re-arms its fd) */
+	}
+	return 1;
+}
+
+static void hold(struct doca_rdma_connection *c, struct sd_rtask *t)
+{
+	t->qnext = NULL;
+	if (c->hold_tail)
+		c->hold_tail->qnext = t;
+	else
+		c->hold_head = t;
+	c->hold_tail = t;
+}
+
+int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_link *l)
+{
+	if (!P.p)
+		return 0;
+	if (c->hold_head) {
+		hold(c, t);
+		return 1;
+	}
+	if (link_idle(l) && prov_submit(t, c))
+		return 1;
+	if (c->prov_out) { /* the native link must wait for the provider's operations */
+		hold(c, t);
+		return 1;
+	}
+	return 0;
+}
+
+static void release_held(struct doca_rdma_connection *c)
+{
+	struct sd_link *l = c->link;
+	int started = 0;
+
+	while (c->hold_head && !c->prov_out) {
+		struct sd_rtask *t = c->hold_head;
+
+		c->hold_head = t->qnext;
+		if (!c->hold_head)
+			c->hold_tail = NULL;
+		t->qnext = NULL;
+		if (!l || c->state != SDC_ESTABLISHED) {
+			sd_rtask_fail(t, DOCA_ERROR_CONNECTION_RESET, "connection %u closed", c->id);
+			continue;
+		}
+		if (link_idle(l) && prov_submit(t, c))
+			continue;
+		sd_rtask_start(t, l);
+		started = 1;
+	}
+	if (started)
+		sd_link_flush(l);
+}
+
+const char *sd_prov_conn_transport(const struct doca_rdma_connection *c)
+{
+	return c->pready ? c->ptransport : NULL;
+}
+
+/* ---------------------------------------------------------------- extension */
+SD_EXPORT const char *softdoca_providers_built(void)
+{
+	return sd_provider_find("ucx") ? "native,ucx" : "native";
+}
