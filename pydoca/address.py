@@ -61,4 +61,12 @@ def resolve(host: str) -> str:
         raise UnknownHost(host, f"not a valid host name ({exc})") from None
 
 
-__all__ = ["AddressError", "EXAMPLE", "UnknownHost", "looks_like_address", "resolve", "split_address"]
+def free_port(host: str) -> int:
+    """A port nobody listens on at ``host`` now (for listening on ``HOST:0``: DOCA listens on a given port)."""
+    ip = resolve(host)
+    with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as s:
+        s.bind((ip, 0))
+        return int(s.getsockname()[1])
+
+
+__all__ = ["AddressError", "EXAMPLE", "UnknownHost", "free_port", "looks_like_address", "resolve", "split_address"]

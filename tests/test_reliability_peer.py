@@ -324,3 +324,27 @@ def test_silent_connections_from_another_host_lock_nobody_out(reliability_report
             for p in (client, silent):
                 p.kill()
             srv.kill()
+
+
+def test_responder_on_port_0_and_an_unknown_host() -> None:
+    """Port 0 picks a free port (the address says which); an unknown listen host is named in the error."""
+    from pydoca.address import UnknownHost
+    from pydoca.peer import Responder
+    resp = Responder("127.0.0.1:0", name="zero")
+    resp.add_endpoint("/echo", "call", 64, lambda p: p, inline=True)
+    resp.start()
+    stop = threading.Event()
+    server = threading.Thread(target=resp.serve_forever, kwargs={"until": stop.is_set}, daemon=True)
+    server.start()
+    try:
+        assert resp.port != 0 and resp.address == f"127.0.0.1:{resp.port}"
+        with Requester.connect(resp.address, timeout=10) as req:
+            assert req.call("/echo", b"zero") == b"zero"
+    finally:
+        stop.set()
+        server.join(10)
+        resp.close()
+    bad = Responder("no-such-host.invalid:18515", name="bad")
+    bad.add_endpoint("/echo", "call", 64, lambda p: p)
+    with pytest.raises(UnknownHost, match="no-such-host.invalid"):
+        bad.start()

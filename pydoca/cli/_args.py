@@ -58,20 +58,9 @@ def listen_address(text: str) -> str:
     return text.strip()
 
 
-def free_port(host: str) -> int:
-    """A port nobody listens on at ``host`` now (for ``--listen HOST:0``)."""
-    import socket
-
-    from ..address import resolve
-    ip = resolve(host)
-    with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as s:
-        s.bind((ip, 0))
-        return int(s.getsockname()[1])
-
-
 def with_free_port(listen: str) -> str:
     """``HOST:0`` -> ``HOST:PORT`` with a free port; other addresses unchanged."""
-    from ..address import split_address
+    from ..address import free_port, split_address
     host, port = split_address(listen, allow_zero=True)
     if port:
         return listen
@@ -95,4 +84,4 @@ def plural(n: int, word: str, many: str = "") -> str:
     return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
-__all__ = ["address", "count", "free_port", "listen_address", "plural", "size", "with_free_port", "write_json"]
+__all__ = ["address", "count", "listen_address", "plural", "size", "with_free_port", "write_json"]

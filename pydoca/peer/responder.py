@@ -40,6 +40,7 @@ from . import protocol as P
 from .auth import ALL_RIGHTS, Credential, address_allowed, client_mac, parse_networks, server_proof
 from .channel import Channel
 from .endpoint import Endpoint, Handler, Request, RequesterInfo
+from ..address import free_port, resolve
 from .spec import DEFAULT_QUEUE, EndpointSpec, Kind, ServiceSpec, resolve_handler, split_address
 from .workers import HandlerPool, Job
 
@@ -86,7 +87,7 @@ class Responder:
                  token: Optional[bytes] = None, credentials: Optional[Mapping[str, Credential]] = None,
                  allow: Optional[Iterable[str]] = None, workers: int = 4, call_timeout: Optional[float] = 30.0,
                  progress_mode: str = "blocking") -> None:
-        self.host, self.port = split_address(listen)
+        self.host, self.port = split_address(listen, allow_zero=True)   # port 0: a free one, at start()
         for what, value in (("max_connections", max_connections), ("max_pending", max_pending),
                             ("max_pending_per_source", max_pending_per_source)):
             if value < 1:
@@ -195,7 +196,7 @@ class Responder:
                 raise RuntimeError("no DOCA device with an IPv4 address to listen on")
             self.host = found[0].ipv4 or self.host
             return Device.open(ibdev_name=found[0].ibdev_name)
-        return Device.open(ip=socket.gethostbyname(self.host))
+        return Device.open(ip=resolve(self.host))       # UnknownHost names the host
 
     def start(self) -> "Responder":
         """Open the device, post the control receives and listen."""
@@ -235,6 +236,8 @@ class Responder:
                                on_imm=lambda c, imm, n: self._inbox.append(("imm", c, imm)))
         self.rdma.on_connection = lambda c, s: self._inbox.append(("conn", c, s))
         self.channel.post_all()
+        if self.port == 0:
+            self.port = free_port(self.host)
         self.rdma.listen(self.port, accept=self._accept)
 
     @property

@@ -212,10 +212,10 @@ def resolve_handler(ref: str, base_dir: Optional[str] = None) -> Callable[..., A
     return fn  # type: ignore[no-any-return]
 
 
-def split_address(text: str) -> Tuple[str, int]:
+def split_address(text: str, *, allow_zero: bool = False) -> Tuple[str, int]:
     """``"HOST:PORT"`` / ``"[v6]:PORT"`` -> (host, port); ValueError naming what is wrong when malformed
     (:func:`pydoca.address.split_address`)."""
-    return _split_address(text)
+    return _split_address(text, allow_zero=allow_zero)
 
 
 __all__ = ["EndpointSpec", "Kind", "ServiceSpec", "SpecError", "check_path", "load_spec", "parse_size",
