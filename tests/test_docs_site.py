@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 import pytest
 
@@ -43,6 +43,12 @@ def _missing_tools() -> Optional[str]:
     if missing:
         return f"doc tools not installed ({', '.join(missing)}): python3 -m pip install -e '.[docs]'"
     return None
+
+
+def _browser_env() -> Dict[str, str]:
+    """The environment without the sanitizer runtimes the sanitized runs preload (a browser under them hangs)."""
+    drop = ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS")
+    return {k: v for k, v in os.environ.items() if k not in drop}
 
 
 def _chromium() -> Optional[str]:
@@ -75,7 +81,7 @@ def _dom(page: Path, tmp_path: Path) -> str:
         pytest.skip("chromium not installed (Debian: apt-get install chromium)")
     proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                            f"--user-data-dir={tmp_path / 'chromium-profile'}", "--dump-dom", page.as_uri()],
-                          capture_output=True, text=True, timeout=90)
+                          capture_output=True, text=True, timeout=90, env=_browser_env())
     assert proc.returncode == 0, f"chromium failed:\n{proc.stderr[-3000:]}"
     assert "<html" in proc.stdout, f"chromium printed no DOM:\n{proc.stderr[-3000:]}"
     return proc.stdout
