@@ -95,6 +95,7 @@ def test_bw_connections_and_memory(tmp_path: Path) -> None:
     r = json.loads(f.read_text())
     assert r["connections"] == 2 and r["memory"] == "private" and r["outstanding"] == 4
     assert r["transport"] == r["transport_requested"] == "tcp"
+    assert r["provider"] == "native" and r["provider_transport"] is None       # docs/providers.md
     assert 0 < r["op_p50_us"] <= r["op_p99_us"] and r["MBps"] > 0
     assert "over 2 connections" in out.stdout and "each operation under load" in out.stdout
     bad = bench("bw", "--op", "write", "--size", "8", "--connections", "0")

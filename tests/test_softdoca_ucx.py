@@ -146,3 +146,13 @@ def test_doctor_shows_ucx_in_use() -> None:
     ucx = next(p for p in report["providers"] if p["name"] == "ucx")
     assert ucx["built"] and ucx["available"] and ucx["version"], ucx
     assert report["provider"]["name"] == "ucx"
+
+
+def test_bench_json_records_the_provider(tmp_path: Path) -> None:
+    """`pydoca bench` under ucx: the JSON says which provider moved the bytes, and over which UCX transport."""
+    f = tmp_path / "lat.json"
+    r = subprocess.run([sys.executable, "-m", "pydoca.cli", "bench", "lat", "--rounds", "1", "--iterations", "300",
+                        "--json", str(f)], capture_output=True, text=True, env=_env(**UCX), timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(f.read_text())
+    assert out["provider"] == "ucx" and out["provider_transport"] == "tcp", out

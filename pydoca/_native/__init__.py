@@ -296,6 +296,15 @@ def soft_fn(name: str, restype: Any, *argtypes: Any) -> Optional[Any]:
     return fn
 
 
+def provider_name() -> Optional[str]:
+    """softdoca's provider in use (``SOFTDOCA_PROVIDER``, docs/providers.md: "native" or "ucx"); None on real
+    DOCA, where the NIC moves the bytes."""
+    if backend.name != "soft":
+        return None
+    fn = soft_fn("softdoca_provider_name", ctypes.c_char_p)
+    return (fn() or b"native").decode() if fn is not None else "native"
+
+
 def _describe(code: int) -> str:
     raw = lib.doca_error_get_descr(code)
     return ffi.string(raw).decode() if raw != ffi.NULL else ""

@@ -28,8 +28,13 @@ def _q(values: List[float], q: float) -> float:
 def _base(kind: str, op: str, size: int, iterations: int, rounds: int, transport: str,
           session: Optional[Session] = None) -> Dict[str, Any]:
     """The common JSON fields; ``transport`` is the one the connection used (``transport_requested``: asked)."""
+    from pydoca._native import provider_name
     out = {"bench": kind, "backend": backend_name(), "transport": session.transport_used if session else transport,
-           "transport_requested": transport, "op": op, "size": size, "iterations": iterations, "rounds": rounds}
+           "transport_requested": transport, "op": op, "size": size, "iterations": iterations, "rounds": rounds,
+           # softdoca's provider (SOFTDOCA_PROVIDER) and, when the connection's operations went through it, the
+           # provider's own transports (docs/providers.md)
+           "provider": provider_name(),
+           "provider_transport": session.provider_transport if session is not None else None}
     if session is not None:
         out["memory"] = session.memory
     return out

@@ -63,6 +63,18 @@ def _soft_transport_of(conn: Any) -> Optional[str]:
     return name.decode() if name else None
 
 
+def _soft_provider_transport(conn: Any) -> Optional[str]:
+    """The provider's own transports of an established connection ("tcp", "rc_mlx5", ...: docs/providers.md);
+    None when its operations take softdoca's native link (or on real DOCA)."""
+    import ctypes
+    from pydoca._native import ffi, soft_fn
+    if backend_name() != "soft" or getattr(conn, "_c", None) is None:
+        return None
+    fn = soft_fn("softdoca_provider_transport", ctypes.c_char_p, ctypes.c_void_p)
+    name = fn(int(ffi.cast("uintptr_t", conn._c))) if fn is not None else None
+    return name.decode() if name else None
+
+
 class Target:
     """``python -m pydoca.perftest.target`` speaking JSON lines."""
 
@@ -119,6 +131,8 @@ class Session:
         self.one_buffer = one_buffer
         self.latencies: List[float] = []     # windowed(): seconds from submit to completion of each operation
         self.transport_used = transport
+        #: the provider's own transports its connection used (docs/providers.md); None: the native link
+        self.provider_transport: Optional[str] = None
         self.stack = ExitStack()
         self.target = Target(transport_env(transport))
         self.stack.callback(self.target.close)
@@ -239,6 +253,9 @@ class Session:
         return time.perf_counter() - t0, time.thread_time() - c0
 
     def close(self) -> None:
+        conn = getattr(self, "conn", None)
+        if conn is not None and getattr(self, "provider_transport", None) is None:   # what the runs used
+            self.provider_transport = _soft_provider_transport(conn)
         try:
             for conn in getattr(self, "conns", []):
                 conn.disconnect()

@@ -151,12 +151,13 @@ def run_pydoca(args: argparse.Namespace) -> Dict[str, Any]:
 def run(args: argparse.Namespace) -> Dict[str, Any]:
     from rich.console import Console
 
-    from .._native import backend
+    from .._native import backend, provider_name
     console = Console(stderr=True)
     with console.status(f"pydoca transfer bench: {args.op} {args.block_size} B x {args.batch_size}, "
                         f"{args.threads} thread{'s' if args.threads != 1 else ''}, {args.duration:g}s"):
         mine = run_pydoca(args)
-    result: Dict[str, Any] = {"backend": str(backend.name), "op": args.op, "block_size": args.block_size,
+    result: Dict[str, Any] = {"backend": str(backend.name), "provider": provider_name(), "op": args.op,
+                              "block_size": args.block_size,
                               "batch_size": args.batch_size, "threads": args.threads, "duration": args.duration,
                               **mine}
     human = sys.stderr if getattr(args, "json", None) == "-" else sys.stdout     # stdout then carries the JSON
