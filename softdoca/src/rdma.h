@@ -517,7 +517,6 @@ struct doca_rdma {
 	struct sd_pool *retired;
 	/* runtime, engine lock */
 	int running;
-	int prov_ref;                         /* holds a reference on the provider (rdma_prov.c) */
 	const struct sd_rdma_ops *eng_ops;    /* the connection layer's handlers (NULL: none yet) */
 	struct doca_rdma *eng_next;
 	struct doca_rdma_connection *conns;
@@ -738,10 +737,9 @@ void sd_xport_attach(struct sd_link *link);
  * none), and whether one other than native was asked for. */
 const char *sd_prov_name(void);
 int sd_prov_asked(void);
-/* A context starts / stops using it (an asked-for provider that cannot
- * start fails the start with the reason logged). */
+/* A context starts: open the provider if one is asked for (it stays open
+ * for the process; one that cannot start fails the start, reason logged). */
 doca_error_t sd_prov_rdma_start(void);
-void sd_prov_rdma_stop(void);
 /* The connection's native link is established: create the provider
  * connection, send its address (PROV_ADDR). */
 void sd_prov_conn_start(struct doca_rdma_connection *c);

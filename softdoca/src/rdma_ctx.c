@@ -177,9 +177,7 @@ static doca_error_t rdma_start(struct doca_ctx *ctx)
 		return rc;
 	sd_eng_lock();
 	rc = sd_prov_rdma_start(); /* SOFTDOCA_PROVIDER: one asked for that cannot start fails the start */
-	if (rc == DOCA_SUCCESS)
-		rdma->prov_ref = 1;
-	else
+	if (rc != DOCA_SUCCESS)
 		sd_eng_detach_locked(rdma, DOCA_ERROR_CONNECTION_ABORTED);
 	sd_eng_unlock();
 	return rc;
@@ -191,10 +189,6 @@ static void rdma_stop(struct doca_ctx *ctx)
 
 	sd_eng_lock();
 	sd_eng_detach_locked(rdma, DOCA_ERROR_CONNECTION_ABORTED);
-	if (rdma->prov_ref) {
-		rdma->prov_ref = 0;
-		sd_prov_rdma_stop();
-	}
 	sd_eng_unlock();
 	events_clear(rdma);
 }

@@ -45,7 +45,6 @@ static struct {
 	int decided;                          /* SOFTDOCA_PROVIDER read */
 	const struct sd_provider_ops *ops;    /* NULL: native */
 	struct sd_prov *p;                    /* open instance */
-	long users;                           /* started rdma ctxs + registered / imported maps */
 	doca_error_t err;                     /* why the asked-for provider cannot start */
 	char why[SD_PROV_WHY_LEN];
 	struct sd_ep ep;                      /* its fd in the engine's set */
@@ -56,7 +55,6 @@ static void prov_atfork_child(void)
 {
 	/* the parent's instance is not ours: forget it (never close it here) */
 	P.p = NULL;
-	P.users = 0;
 	P.ep_added = 0;
 	P.ep.fd = -1;
 }
@@ -190,8 +188,12 @@ static const struct sd_prov_cbs cbs = {
 	.conn_request = on_conn_request,
 };
 
-/* Take a reference on the instance, opening it first. */
-static doca_error_t prov_get(void)
+/* Open the instance (once). It stays open for the life of the process: UCX
+ * 1.13 aborts the process when a worker is destroyed while one of its
+ * endpoints is still in its wire-up (ucp_worker_destroy -> "got REP
+ * message"), which a peer can cause at any time; the engine keeps
+ * progressing it while it runs. */
+static doca_error_t prov_open(void)
 {
 	decide();
 	if (P.err != DOCA_SUCCESS) {
@@ -217,29 +219,12 @@ static doca_error_t prov_get(void)
 		P.ep_added = 0;
 		sd_eng_set_hook(&prov_hook, P.ep.fd >= 0 ? &P.ep : NULL);
 	}
-	P.users++;
 	return DOCA_SUCCESS;
-}
-
-/* The instance stays open for the life of the process once opened: UCX 1.13
- * aborts the process when a worker is destroyed while one of its endpoints is
- * still in its wire-up (ucp_worker_destroy -> "got REP message"), which a peer
- * can cause at any time; the engine keeps progressing it while it runs. */
-static void prov_put(void)
-{
-	if (P.p && P.users > 0)
-		P.users--;
 }
 
 doca_error_t sd_prov_rdma_start(void)
 {
-	return prov_get();
-}
-
-void sd_prov_rdma_stop(void)
-{
-	if (P.ops)
-		prov_put();
+	return prov_open();
 }
 
 /* ---------------------------------------------------------------- memory */
@@ -265,7 +250,7 @@ doca_error_t sd_prov_mmap_publish(struct doca_mmap *m)
 	if (!P.ops && P.err == DOCA_SUCCESS)
 		return DOCA_SUCCESS;
 	lock_engine(&took);
-	rc = prov_get();
+	rc = prov_open();
 	if (rc == DOCA_SUCCESS && P.p) {
 		void *blob = NULL;
 		size_t blen = 0;
@@ -275,7 +260,6 @@ doca_error_t sd_prov_mmap_publish(struct doca_mmap *m)
 		if (rc != DOCA_SUCCESS) {
 			SD_ERR("doca_mmap_start: provider %s could not register %zu bytes: %s", P.ops->name, m->len,
 			       sd_prov_strerror(rc));
-			prov_put();
 		} else {
 			m->prov_mr = mr;
 			m->prov_blob = blob;
@@ -304,12 +288,10 @@ void sd_prov_mmap_revoke(struct doca_mmap *m)
 			SD_WARN("doca_mmap_stop: provider %s could not deregister the map: %s", P.ops->name,
 				sd_prov_strerror(rc));
 		m->prov_mr = NULL;
-		prov_put();
 	}
 	if (m->prov_rkey && P.p) {
 		P.ops->rkey_release(P.p, m->prov_rkey);
 		m->prov_rkey = NULL;
-		prov_put();
 	}
 	unlock_engine(took);
 	free(m->prov_blob);
@@ -368,7 +350,6 @@ static struct sd_prov_rkey *rkey_of(struct doca_mmap *m)
 			m->prov_rkey = NULL;
 			return NULL;
 		}
-		P.users++;
 	}
 	return m->prov_rkey;
 }
