@@ -1,6 +1,8 @@
-"""softdoca's provider layer (issue 22, step 1): the ucx provider's two-process
-C test (softdoca/tests/providers/test_ucx_provider.c) under UCX over TCP and
-over shared memory (posix + cma). Skipped only where UCX is absent."""
+"""softdoca's provider layer (issue 22): the ucx provider's two-process C test
+(softdoca/tests/providers/test_ucx_provider.c) under UCX over TCP and over
+shared memory (posix + cma): one-sided ops, atomics, two-sided messages with
+held receives, write with immediate, bad blobs, CM (network transports), a
+dead address and a killed peer. Skipped only where UCX is absent."""
 import os
 import shutil
 import subprocess
@@ -20,20 +22,16 @@ pytestmark = pytest.mark.skipif(not (shutil.which("make") and _have_ucx()),
                                 reason="UCX not installed (Debian: libucx-dev + libucx0)")
 
 
-# Known gaps, run only with PYDOCA_PROVIDER_GAPS=1 (docs/providers.md): the provider's two-sided messages
-# (active messages; softdoca's bridge sends them on the native link) are not reliable yet, over tcp
-# intermittently and over shared memory always.
-GAPS = os.environ.get("PYDOCA_PROVIDER_GAPS") == "1"
-
-
-@pytest.mark.parametrize("tls", ["tcp", pytest.param("posix,cma", marks=pytest.mark.skipif(
-    not GAPS, reason="known gap: the ucx provider over shared memory (docs/providers.md)"))])
+@pytest.mark.parametrize("tls", ["tcp", "posix,cma"])
 def test_ucx_provider(tls):
-    env = dict(os.environ)
-    if not GAPS:
-        env["NOHOLD"] = env["NOMSG"] = "1"   # known gap: two-sided messages (not used by softdoca's bridge yet)
+    env = {k: v for k, v in os.environ.items() if k not in ("NOHOLD", "NOMSG")}
     r = subprocess.run(["make", "-s", "-C", str(SOFTDOCA), "check-providers", f"PROV_TLS={tls}"],
                        capture_output=True, text=True, timeout=600, env=env)
     out = r.stdout + r.stderr
     assert "SKIP" not in out, out
     assert r.returncode == 0, out[-6000:]
+    assert "  messages\n" in out and "messages: skipped" not in out, out[-3000:]
+    assert ": ok" in out, out[-3000:]
+    if tls == "posix,cma":
+        # the endpoint came up over shared memory, not a silent tcp fallback
+        assert "transport posix,cma" in out or "transport cma,posix" in out, out[:600]

@@ -57,6 +57,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 
@@ -64,7 +65,7 @@
 #define SD_UCX_AM_ID 0x5d
 #define MAX_IOV 16
 #define RKEY_BODY_FIXED 40   /* base, len, access, rsv, owner uid, packed len(u32)+rsv(u32) */
-#define ADDR_BODY_FIXED 24   /* owner uid, conn id, addr len u32, rsv u32 */
+#define ADDR_BODY_FIXED 24   /* owner uid, conn id, addr len u32, host id u32 (0: unknown) */
 #define AM_MAGIC 0x41554453u /* "SDUA" */
 
 /* ------------------------------------------------------------------ dlopen */
@@ -208,6 +209,7 @@ struct uop {
 	void *op_ctx;
 	enum op_type type;
 	int pending;               /* sub-requests in flight (+1 while issuing) */
+	int gate_ref;              /* write-with-immediate: its guard is held until the gate issues it */
 	int gated;                 /* waits in the gate queue for flush wait_seq */
 	int need_remote;           /* write: done once a flush issued after it completed */
 	int on_list;
@@ -253,6 +255,7 @@ struct uconn {
 	uint64_t id, peer_id, peer_uid;
 	enum cstate state;
 	int is_cm, cm_client, connected_local, hello_seen, closed_by_user, event_failed_sent;
+	int same_host;                /* ep without UCX peer-failure handling, so UCX may use shared memory */
 	ucp_ep_h ep;
 	void *close_req;              /* ucp_ep_close_nbx in flight */
 	uint64_t close_seq;           /* closing: force-close once this flush (after BYE / REJECT) is done */
@@ -309,6 +312,7 @@ struct sd_prov {
 	struct sd_prov_cbs cbs;
 	uint64_t timeout_ns;
 	uint64_t uid;
+	uint32_t host;             /* host_id(): same value = shared memory reaches the peer */
 	ucp_context_h ctx;
 	ucp_worker_h worker;
 	int efd;
@@ -324,6 +328,8 @@ struct sd_prov {
 	struct uplace *place_done;
 	char transport[64];
 };
+
+static uint32_t host_id(void);
 
 static uint64_t now_ns(void)
 {
@@ -609,7 +615,10 @@ static void issue_gated(struct uop *o)
 	doca_error_t e = DOCA_SUCCESS;
 	ucp_rkey_h h;
 
-	o->pending++; /* guard */
+	if (o->gate_ref)
+		o->gate_ref = 0; /* the submitter's guard becomes this one */
+	else
+		o->pending++; /* guard */
 	param_init(&rp, o);
 	switch (o->type) {
 	case OP_SEND:
@@ -1481,6 +1490,7 @@ static doca_error_t u_open(const struct sd_prov_open_params *prm, struct sd_prov
 	if (ur)
 		fclose(ur);
 	p->uid |= 1;
+	p->host = host_id();
 	s = U.config_read(NULL, NULL, &cfg);
 	if (s != UCS_OK) {
 		WHY(why, "provider ucx: ucp_config_read: %s (check the UCX_* environment)", ustr(s));
@@ -1760,11 +1770,52 @@ static void u_rkey_release(struct sd_prov *p, struct sd_prov_rkey *rk)
 }
 
 /* ------------------------------------------------------------------ connections */
+/*
+ * UCX 1.13's shared-memory transports (posix, sysv, cma) have no peer-failure
+ * support: an endpoint created with UCP_ERR_HANDLING_MODE_PEER is unreachable
+ * over them, and where tcp is also enabled UCX silently picks tcp instead. So a
+ * connection whose peer shares this host (same boot, same IPC, mount and PID
+ * namespaces, same uid: what posix shm and cma need) gets an endpoint without
+ * UCX error handling. Peer death is then seen by the deadlines of this
+ * provider (every op and set-up) and by the DOCA connection above it, which
+ * fail the connection with a forced close.
+ */
+static uint32_t host_id(void)
+{
+	static const char *const ns[] = { "/proc/self/ns/ipc", "/proc/self/ns/mnt", "/proc/self/ns/pid" };
+	char boot[64] = { 0 };
+	uint32_t h = 2166136261u;
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	struct stat st;
+	uint64_t v[4];
+
+	if (!f)
+		return 0;
+	if (!fgets(boot, sizeof(boot), f))
+		boot[0] = 0;
+	fclose(f);
+	if (!boot[0])
+		return 0;
+	for (size_t i = 0; i < 3; i++)
+		v[i] = stat(ns[i], &st) == 0 ? (uint64_t)st.st_ino : 0;
+	v[3] = (uint64_t)getuid();
+	for (const char *b = boot; *b; b++)
+		h = (h ^ (uint8_t)*b) * 16777619u;
+	for (size_t i = 0; i < sizeof(v); i++)
+		h = (h ^ ((const uint8_t *)v)[i]) * 16777619u;
+	return h ? h : 1;
+}
+
 static ucp_ep_params_t ep_params(struct uconn *c)
 {
 	ucp_ep_params_t ep;
 
 	memset(&ep, 0, sizeof(ep));
+	if (c->same_host && !getenv("SOFTDOCA_UCX_PEER_ERRORS")) {
+		ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+		ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+		return ep;
+	}
 	ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
 	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
 	ep.err_handler.cb = err_cb;
@@ -1809,7 +1860,7 @@ static doca_error_t u_conn_export(struct sd_prov_conn *pc, void **blob, size_t *
 	put64(b + 32, c->p->uid);
 	put64(b + 40, c->id);
 	put32(b + 48, (uint32_t)alen);
-	put32(b + 52, 0);
+	put32(b + 52, c->p->host); /* 0: unknown (never the same host) */
 	memcpy(b + 56, a, alen);
 	sd_prov_blob_seal(b, total);
 	U.worker_release_address(c->p->worker, a);
@@ -1844,6 +1895,7 @@ static doca_error_t u_conn_connect(struct sd_prov_conn *pc, const void *blob, si
 	}
 	c->peer_uid = get64(b);
 	c->peer_id = get64(b + 8);
+	c->same_host = c->p->host && get32(b + 20) == c->p->host;
 	ep = ep_params(c);
 	ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
 	ep.address = (const ucp_address_t *)(b + ADDR_BODY_FIXED);
@@ -2285,10 +2337,10 @@ static doca_error_t u_write_imm(struct sd_prov_conn *pc, const struct sd_prov_io
 	if (!o)
 		return DOCA_ERROR_NO_MEMORY;
 	o->raddr = raddr;
-	o->pending = 1;          /* guard over the puts */
+	o->pending = 1;          /* guard over the puts, held until the immediate is issued */
+	o->gate_ref = 1;
 	issue_puts(o, iov, niov, h);
 	submit_ordered(c, o);    /* the immediate: after a flush that covers the puts */
-	sub_done(o, UCS_OK);
 	return DOCA_SUCCESS;
 }
 
