@@ -97,6 +97,10 @@ def veth_namespaces(subnet: str = "10.200.77") -> Iterator[NetnsPair]:
             ip("-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
             ip("-n", ns, "link", "set", dev, "up")
             ip("-n", ns, "link", "set", "lo", "up")
+        # The kernel marks a new veth running (IFF_RUNNING, operstate UP) up to a second after both ends are
+        # up (link watch). Programs that list the usable interfaces once at start (UCX does) must not start
+        # before: wait for it, bounded.
+        wait_running((pair.a, pair.va), (pair.b, pair.vb))
         probe = subprocess.run([*ns_exec(pair.b), sys.executable, "-c",
                                 "import socket; s=socket.socket(); s.settimeout(5); "
                                 f"print(s.connect_ex(({pair.ip_a!r}, 9)))"],
@@ -106,6 +110,15 @@ def veth_namespaces(subnet: str = "10.200.77") -> Iterator[NetnsPair]:
         yield pair
     finally:
         _cleanup(created)
+
+
+def wait_running(*links: "tuple[str, str]", timeout: float = 10.0) -> None:
+    """Wait (bounded) until each (namespace, device) is running: operstate UP, which the kernel sets up to a
+    second after both ends of a new veth pair are up."""
+    deadline = time.monotonic() + timeout
+    for ns, dev in links:
+        while "state UP" not in ip("-n", ns, "link", "show", "dev", dev).stdout and time.monotonic() < deadline:
+            time.sleep(0.02)
 
 
 def _hex_ipv4(addr: str) -> str:

@@ -270,13 +270,14 @@ with TransferEngine(listen, devices=[extra], connections_per_peer=4, slice_size=
 
 def test_slices_spread_over_devices() -> None:
     """Two veth pairs between two namespaces: the engines serve and connect on both; slices use both."""
-    from netns import ip, ns_exec, veth_namespaces
+    from netns import ip, ns_exec, veth_namespaces, wait_running
     with veth_namespaces("10.200.91") as pair:
         va2, vb2 = pair.va + "x", pair.vb + "x"
         ip("link", "add", va2, "netns", pair.a, "type", "veth", "peer", "name", vb2, "netns", pair.b)
         for ns, dev, addr in ((pair.a, va2, "10.200.92.1"), (pair.b, vb2, "10.200.92.2")):
             ip("-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
             ip("-n", ns, "link", "set", dev, "up")
+        wait_running((pair.a, va2), (pair.b, vb2))
         port = free_port_any()
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
         target = subprocess.Popen([*ns_exec(pair.b), sys.executable, "-m", "pydoca.cli", "transfer", "serve",

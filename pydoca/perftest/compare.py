@@ -147,6 +147,56 @@ def one_round(quick: bool) -> Dict[str, Optional[float]]:
     f["python_tcp_pingpong_8B_us"], f["python_tcp_1MiB_MBps"] = _python_tcp(n)
     f.update(_peer_layer(n))
     f.update(_python_peers(n))
+    f.update(_ucx_provider(n))
+    return f
+
+
+def _ucx_provider_ready() -> bool:
+    """softdoca built with its ucx provider, and libucp found (docs/providers.md)."""
+    import ctypes
+    import ctypes.util
+    from .._native import soft_fn
+    if backend_name() != "soft" or ctypes.util.find_library("ucp") is None:
+        return False
+    built = soft_fn("softdoca_providers_built", ctypes.c_char_p)
+    return built is not None and b"ucx" in (built() or b"").split(b",")
+
+
+def _bench_child(kind: str, args: List[str], env: Dict[str, str]) -> Optional[Dict[str, Any]]:
+    """``pydoca bench KIND ARGS --json -`` in a child with env (a provider is chosen once per process)."""
+    from .._child import module_argv
+    try:
+        out = subprocess.run(module_argv("pydoca.cli", "bench", kind, *args, "--rounds", "1", "--json", "-"),
+                             capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+        got: Dict[str, Any] = json.loads(out.stdout)
+        return got
+    except (subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+def _ucx_provider(n: int) -> Dict[str, Optional[float]]:
+    """softdoca with SOFTDOCA_PROVIDER=ucx (issue 22): UCX over tcp and over shared memory under the DOCA API,
+    against ucx_perftest on the same transport (its rows in RATIOS)."""
+    keys = ("pydoca_ucx_tcp_lat_write_8B_polling_us", "pydoca_ucx_tcp_rate_write_8B_batch_ops",
+            "pydoca_ucx_shm_lat_write_8B_polling_us", "pydoca_ucx_shm_bw_write_1MiB_MBps")
+    f: Dict[str, Optional[float]] = {k: None for k in keys}
+    if not _ucx_provider_ready():
+        MISSING["ucx provider"] = "softdoca built without UCX's headers or libucp absent (Debian: libucx-dev)"
+        return f
+    MISSING.pop("ucx provider", None)
+    for tls, tag in (("tcp", "tcp"), ("posix,cma", "shm")):
+        env = {"SOFTDOCA_PROVIDER": "ucx", "UCX_TLS": tls}
+        lat = _bench_child("lat", ["--op", "write", "--size", "8", "--progress", "polling", "--iterations", str(n)],
+                           env)
+        f[f"pydoca_ucx_{tag}_lat_write_8B_polling_us"] = lat["p50_us"] if lat else None
+        if tag == "tcp":
+            rate = _bench_child("rate", ["--op", "write", "--size", "8", "--batch", "--iterations", str(100 * n)],
+                                env)
+            f["pydoca_ucx_tcp_rate_write_8B_batch_ops"] = rate["ops_per_s"] if rate else None
+        else:
+            bw = _bench_child("bw", ["--op", "write", "--size", "1MiB", "--outstanding", "8", "--batch",
+                                     "--one-buffer", "--iterations", str(max(64, n // 3))], env)
+            f["pydoca_ucx_shm_bw_write_1MiB_MBps"] = bw["MBps"] if bw else None
     return f
 
 
@@ -227,6 +277,15 @@ RATIOS: List[Tuple[str, str, str, str, Callable[[float], bool]]] = [
      "<= 1.0", lambda r: r <= 1),
     ("peer: 4 MiB endpoint write / gRPC unary 4 MiB request", "pydoca_peer_write_4MiB_MBps", "grpc_unary_4MiB_MBps",
      "(info)", lambda r: True),
+    # softdoca's ucx provider (SOFTDOCA_PROVIDER=ucx) against UCX's own tool on the same transport (issue 22)
+    ("ucx provider, tcp: 8 B write latency (polling) / UCX put_lat RTT", "pydoca_ucx_tcp_lat_write_8B_polling_us",
+     "ucx_tcp_put_lat_rtt_us", "<= 1.5x", lambda r: r <= 1.5),
+    ("ucx provider, tcp: 8 B write rate, task batches / UCX put_bw", "pydoca_ucx_tcp_rate_write_8B_batch_ops",
+     "ucx_tcp_put_bw_8B_ops", ">= 1.0", lambda r: r >= 1),
+    ("ucx provider, posix+cma: 8 B write latency (polling) / UCX posix,cma RTT",
+     "pydoca_ucx_shm_lat_write_8B_polling_us", "ucx_shm_put_lat_rtt_us", "<= 10x", lambda r: r <= 10),
+    ("ucx provider, posix+cma: 1 MiB write bandwidth, batches of 8, one buffer / numpy memcpy",
+     "pydoca_ucx_shm_bw_write_1MiB_MBps", "numpy_memcpy_1MiB_MBps", ">= 1.0", lambda r: r >= 1),
 ]
 
 

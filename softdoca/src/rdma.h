@@ -452,6 +452,9 @@ struct doca_rdma_connection {
 	uint32_t peer_perms;                 /* the peer context's permissions (PROV_ADDR) */
 	uint64_t pinstance;                  /* the peer's process instance (PROV_ADDR) */
 	struct doca_rdma_connection *pbroken_next;
+	uint64_t plost_ns;                   /* provider wire-up failed: the verdict falls then (0: none) */
+	struct doca_rdma_connection *plost_next;
+	char plost_why[128];
 	uint32_t prov_out;
 	struct ptok *ptoks;
 	struct sd_rtask *hold_head, *hold_tail;

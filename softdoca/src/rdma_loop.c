@@ -129,11 +129,17 @@ void sd_eng_poll(struct doca_rdma *rdma)
 	if (sd_eng_trylock() != 0)
 		return;
 	if (rdma->running) {
+		const struct sd_eng_hook *hook = sd_eng_get_hook();
+
 		for (struct sd_link *l = rdma->links, *nx; l; l = nx) {
 			nx = l->next;
 			if (l->out_head && !l->dead && !l->connecting && !l->rx_paused)
 				link_on_event_off_engine(l);
 		}
+		/* a provider's completions too (SOFTDOCA_PROVIDER): the engine thread
+		 * sleeps on its fd, armed, and wakes for what is left */
+		if (hook)
+			hook->progress();
 	}
 	sd_eng_unlock();
 }

@@ -145,11 +145,55 @@ static void break_now(void)
 	}
 }
 
+/* A provider connection whose wire-up failed while nothing went through it:
+ * the usual cause is a peer that is leaving (its process exited after its
+ * last native operation; UCX then cannot reach its shared memory), which the
+ * native link reports within moments, letting native operations in flight
+ * finish as they would. The connection breaks only if it is still up after a
+ * grace period; meanwhile one-sided operations wait (never silently on the
+ * native link). */
+#define PLOST_GRACE_NS (500ull * 1000000ull)
+static struct doca_rdma_connection *plost_head;
+
+static void plost_later(struct doca_rdma_connection *c, const char *why)
+{
+	if (c->plost_ns)
+		return;
+	c->plost_ns = sd_now_ns() + PLOST_GRACE_NS;
+	snprintf(c->plost_why, sizeof(c->plost_why), "%s", why);
+	sd_conn_ref(c);
+	c->plost_next = plost_head;
+	plost_head = c;
+}
+
+static void conn_lost(struct doca_rdma_connection *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void plost_sweep(void)
+{
+	uint64_t now = sd_now_ns();
+
+	for (struct doca_rdma_connection **pp = &plost_head; *pp;) {
+		struct doca_rdma_connection *c = *pp;
+
+		if (c->state == SDC_ESTABLISHED && now < c->plost_ns) {
+			pp = &c->plost_next;
+			continue;
+		}
+		*pp = c->plost_next;
+		c->plost_next = NULL;
+		if (c->state == SDC_ESTABLISHED)
+			conn_lost(c, "provider %s: %s", P.ops->name, c->plost_why);
+		sd_conn_unref(c);
+	}
+}
+
 static int prov_progress(void)
 {
 	int n = P.p ? P.ops->progress(P.p) : 0;
 
 	break_now();
+	if (plost_head)
+		plost_sweep();
 	if (deferred)
 		deferred_sweep();
 	return n;
@@ -515,15 +559,24 @@ static void on_conn_event(void *arg, struct sd_prov_conn *conn, void *conn_ctx, 
 		break;
 	case SD_PROV_EV_REJECTED:
 	case SD_PROV_EV_FAILED:
-	case SD_PROV_EV_DISCONNECTED:
+	case SD_PROV_EV_DISCONNECTED: {
 		/* the peer closed it (the native link says why, or closes with it) or it broke (fatal here) */
+		int idle = !c->pready && !c->ptoks && !c->prov_out;
+		const char *why = ev->why && ev->why[0] ? ev->why : "connection lost";
+
 		c->pready = 0;
 		P.ops->conn_close(conn);
 		c->pconn = NULL;
-		fail_ops(c, DOCA_ERROR_CONNECTION_RESET);
-		if (ev->ev != SD_PROV_EV_DISCONNECTED && c->state == SDC_ESTABLISHED)
-			conn_lost(c, "provider %s: %s", P.ops->name, ev->why && ev->why[0] ? ev->why : "connection lost");
+		if (ev->ev == SD_PROV_EV_DISCONNECTED || c->state != SDC_ESTABLISHED) {
+			fail_ops(c, DOCA_ERROR_CONNECTION_RESET);
+		} else if (idle) {
+			plost_later(c, why);
+		} else {
+			fail_ops(c, DOCA_ERROR_CONNECTION_RESET);
+			conn_lost(c, "provider %s: %s", P.ops->name, why);
+		}
 		break;
+	}
 	}
 }
 
@@ -786,6 +839,16 @@ static int prov_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 	return 1;
 }
 
+/* Whether t would take the provider's path (a one-sided operation on a map of a peer). */
+static int prov_eligible(const struct sd_rtask *t)
+{
+	const struct doca_buf *r = t->type == SD_T_READ ? t->src : t->dst;
+
+	if (t->type != SD_T_WRITE && t->type != SD_T_READ && t->type != SD_T_CMP_SWP && t->type != SD_T_FETCH_ADD)
+		return 0;
+	return r && r->mmap && r->mmap->remote;
+}
+
 static void hold(struct doca_rdma_connection *c, struct sd_rtask *t)
 {
 	t->qnext = NULL;
@@ -800,7 +863,7 @@ int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_li
 {
 	if (!P.p)
 		return 0;
-	if (c->hold_head) {
+	if (c->hold_head || (c->plost_ns && !c->pconn && prov_eligible(t))) {
 		hold(c, t);
 		return 1;
 	}

@@ -1806,6 +1806,28 @@ static uint32_t host_id(void)
 	return h ? h : 1;
 }
 
+/* Whether UCX_TLS leaves a shared-memory transport enabled (UCX's default
+ * does). Where it does not, a same-host peer keeps peer-failure handling: it
+ * would gain nothing without it, and lose UCX's own error reports. */
+static int shm_enabled(void)
+{
+	static const char *const shm[] = { "all", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "mm" };
+	const char *t = getenv("UCX_TLS");
+	char buf[256], *save = NULL;
+	int exclude, hit = 0;
+
+	if (!t || !*t)
+		return 1;
+	exclude = t[0] == '^';
+	snprintf(buf, sizeof(buf), "%s", t + exclude);
+	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		for (size_t i = 0; i < sizeof(shm) / sizeof(shm[0]); i++)
+			if (!strcmp(tok, shm[i]) && (!exclude || !strcmp(tok, "sm") || !strcmp(tok, "shm")))
+				hit = 1;
+	}
+	return exclude ? !hit : hit;
+}
+
 static ucp_ep_params_t ep_params(struct uconn *c)
 {
 	ucp_ep_params_t ep;
@@ -1895,7 +1917,7 @@ static doca_error_t u_conn_connect(struct sd_prov_conn *pc, const void *blob, si
 	}
 	c->peer_uid = get64(b);
 	c->peer_id = get64(b + 8);
-	c->same_host = c->p->host && get32(b + 20) == c->p->host;
+	c->same_host = c->p->host && get32(b + 20) == c->p->host && shm_enabled();
 	ep = ep_params(c);
 	ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
 	ep.address = (const ucp_address_t *)(b + ADDR_BODY_FIXED);
