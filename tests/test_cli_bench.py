@@ -188,6 +188,8 @@ def test_transfer_bench_says_why_verification_failed(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = json.loads(proc.stdout)
     assert r["verified"] is True and r["verify_error"] is None
+    # the transports as used (issue 22): softdoca's own link, and no provider's under the native provider
+    assert r["provider"] == "native" and r["transport"] in ("tcp", "shm") and r["provider_transport"] is None, r
 
 
 def test_transfer_bench_target_too_small() -> None:

@@ -176,3 +176,14 @@ def test_bench_json_records_the_provider(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(f.read_text())
     assert out["provider"] == "ucx" and out["provider_transport"] == "tcp", out
+
+
+def test_transfer_bench_json_records_the_transports() -> None:
+    """`pydoca transfer bench` under ucx: provider, softdoca's link and the provider's transport, as used."""
+    r = subprocess.run([sys.executable, "-m", "pydoca.cli", "transfer", "bench", "--op", "write", "--block-size",
+                        "256KiB", "--batch-size", "4", "--duration", "0.3", "--no-mooncake", "--json", "-"],
+                       capture_output=True, text=True, env=_env(**UCX), timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["verified"] and out["provider"] == "ucx" and out["provider_transport"] == "tcp", out
+    assert out["transport"] in ("tcp", "shm"), out

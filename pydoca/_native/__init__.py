@@ -305,6 +305,21 @@ def provider_name() -> Optional[str]:
     return (fn() or b"native").decode() if fn is not None else "native"
 
 
+def conn_transports(conn_handle: Any) -> Tuple[Optional[str], Optional[str]]:
+    """softdoca's transports of an established connection (a ``doca_rdma_connection *``): its own link's
+    ("tcp" or "shm") and the provider's when one moves its one-sided operations ("tcp", "posix,cma",
+    "rc_mlx5": docs/providers.md), else None. (None, None) on real DOCA."""
+    if backend.name != "soft" or conn_handle is None or conn_handle == ffi.NULL:
+        return None, None
+    addr = int(ffi.cast("uintptr_t", conn_handle))
+    out: List[Optional[str]] = []
+    for name in ("softdoca_transport_name", "softdoca_provider_transport"):
+        fn = soft_fn(name, ctypes.c_char_p, ctypes.c_void_p)
+        raw = fn(addr) if fn is not None else None
+        out.append(raw.decode() if raw else None)
+    return out[0], out[1]
+
+
 def _describe(code: int) -> str:
     raw = lib.doca_error_get_descr(code)
     return ffi.string(raw).decode() if raw != ffi.NULL else ""
@@ -314,5 +329,5 @@ _errors.HOOKS.update(describe=_describe, missing=missing_note)
 
 
 __all__ = ["ffi", "lib", "backend", "BackendInfo", "BackendError", "check_version", "parse_version",
-           "softdoca_path", "soft_fn", "has", "missing", "not_supported", "optional", "require",
+           "softdoca_path", "soft_fn", "conn_transports", "has", "missing", "not_supported", "optional", "require",
            "SUPPORTED_MIN", "SUPPORTED_MAX"]

@@ -103,4 +103,11 @@ def run(args: argparse.Namespace) -> int:
         for dp in report.host:
             for line in port_lines(report.entry(dp)):
                 print(line)
+    if backend.name == "soft":
+        from ._providers import provider_lines, providers
+        entries, _, in_use = providers()
+        print()
+        print("softdoca providers (SOFTDOCA_PROVIDER; docs/providers.md):")
+        for line in provider_lines(entries, in_use, "  "):
+            print(line)
     return 0

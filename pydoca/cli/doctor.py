@@ -105,36 +105,10 @@ def collect() -> Report:
 
 def _providers(report: Report) -> None:
     """softdoca's providers (docs/providers.md): built in, their libraries found, the one in use."""
-    import ctypes
-    import ctypes.util
+    from ._providers import providers
 
-    from .._native import soft_fn
-    built_fn = soft_fn("softdoca_providers_built", ctypes.c_char_p)
-    built = (built_fn() or b"native").decode().split(",") if built_fn else ["native"]
-    ucp = ctypes.util.find_library("ucp")
-    version = None
-    if ucp:
-        try:
-            lib = ctypes.CDLL(ucp)
-            major, minor, release = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
-            lib.ucp_get_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(release))
-            version = f"{major.value}.{minor.value}.{release.value}"
-        except (OSError, AttributeError):
-            ucp = None
-    report["providers"] = [
-        {"name": "native", "built": True, "available": True, "version": None,
-         "transports": ["tcp", "shm"], "detail": "softdoca's own wire (SOFTDOCA_TRANSPORT=tcp|shm|auto)"},
-        {"name": "ucx", "built": "ucx" in built, "available": bool(ucp) and "ucx" in built, "version": version,
-         "transports": None,
-         "detail": ("UCX picks its transports (UCX_TLS, UCX_NET_DEVICES)" if ucp else
-                    "libucp not found (Debian: libucx0)") if "ucx" in built else
-         "not built in (rebuild pydoca with Debian's libucx-dev installed)"},
-        {"name": "ofi", "built": False, "available": False, "version": None, "transports": None,
-         "detail": "not built yet"},
-    ]
+    report["providers"], built, in_use = providers()
     asked = os.environ.get("SOFTDOCA_PROVIDER") or "native"
-    name_fn = soft_fn("softdoca_provider_name", ctypes.c_char_p)
-    in_use = (name_fn() or b"native").decode() if name_fn else "native"
     report["provider"] = {"SOFTDOCA_PROVIDER": os.environ.get("SOFTDOCA_PROVIDER"), "name": in_use}
     wanted = "native" if asked == "auto" else asked
     if wanted != in_use:
@@ -274,10 +248,9 @@ def _print(report: Report) -> None:
         for m in report["optional_missing"]:
             print(f"  DOCA {m['added_in']:<5} {m['symbol']:<50} {m['feature']}")
     print(f"PYDOCA_BACKEND:  {report['PYDOCA_BACKEND'] or 'unset (auto)'}")
-    for p in report.get("providers", []):
-        state = "in use" if report.get("provider", {}).get("name") == p["name"] else \
-            ("available" if p["available"] else "unavailable")
-        print(f"provider {p['name']:<6} {state:<12} {p['version'] or '':<8} {p['detail']}")
+    from ._providers import provider_lines
+    for line in provider_lines(report.get("providers", []), report.get("provider", {}).get("name"), "provider "):
+        print(line)
     print(f"devices:         {len(report['devices'])}")
     for d in report["devices"]:
         print(f"  {d['ibdev_name']:<16} {d['iface_name'] or '-':<12} {d['ipv4'] or '-':<16} {d['mac'] or '-'}")

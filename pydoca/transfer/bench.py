@@ -73,6 +73,7 @@ def _worker(args: argparse.Namespace, ref: str, span: int, base: int, out: Dict[
             batches += 1
             ops += n
         elapsed = time.perf_counter() - t0
+        out["transports"] = te.transports()          # as used, read before the connections close
         done = min(span, ops * bs)
         if args.op == "write":
             back = np.zeros(span, dtype=np.uint8)
@@ -144,7 +145,10 @@ def run_pydoca(args: argparse.Namespace) -> Dict[str, Any]:
     ops = sum(r["ops"] for r in results)
     errors = [f"thread {i}: {r['verify_error']}" if len(results) > 1 else str(r["verify_error"])
               for i, r in enumerate(results) if r.get("verify_error")]
-    return {"MBps": total / elapsed / 1e6, "ops_per_s": ops / elapsed, "verified": all(r["verified"] for r in results),
+    links = sorted({t for r in results for t in r.get("transports", ([], []))[0]})
+    provs = sorted({t for r in results for t in r.get("transports", ([], []))[1]})
+    return {"transport": ",".join(links) or None, "provider_transport": ",".join(provs) or None,
+            "MBps": total / elapsed / 1e6, "ops_per_s": ops / elapsed, "verified": all(r["verified"] for r in results),
             "elapsed_s": elapsed, "operations": ops, "verify_error": "; ".join(errors) or None}
 
 

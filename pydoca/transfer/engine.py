@@ -450,6 +450,23 @@ class TransferEngine:
         """Submit and wait; TransferError names the requests that failed."""
         self.submit(requests).result(timeout)
 
+    def transports(self) -> Tuple[List[str], List[str]]:
+        """The transports the cached connections use: softdoca's own link ("tcp", "shm") and, where a provider
+        moves their one-sided operations (SOFTDOCA_PROVIDER, docs/providers.md), the provider's ("tcp",
+        "posix,cma", "rc_mlx5", ...). Both empty on real DOCA, where the NIC moves the bytes."""
+        from .._native import conn_transports
+        links: List[str] = []
+        provs: List[str] = []
+        with self._lock:
+            conns = [r.conn.conn for p in self._peers.values() for r in p.routes if getattr(r.conn, "conn", None)]
+        for conn in conns:
+            link, prov = conn_transports(getattr(conn, "_c", None))
+            if link and link not in links:
+                links.append(link)
+            if prov and prov not in provs:
+                provs.append(prov)
+        return links, provs
+
     def __repr__(self) -> str:
         return f"<TransferEngine {self.address} segments={len(self.segments)} peers={len(self._peers)}>"
 
