@@ -187,3 +187,32 @@ def test_transfer_bench_json_records_the_transports() -> None:
     out = json.loads(r.stdout)
     assert out["verified"] and out["provider"] == "ucx" and out["provider_transport"] == "tcp", out
     assert out["transport"] in ("tcp", "shm"), out
+
+
+def _mangle(blob: bytes, how: str) -> bytes:
+    tail = blob[82:]                     # the provider section after softdoca's own 82-byte descriptor
+    if how == "truncated":
+        return blob[:82] + tail[:len(tail) - 9]
+    if how == "corrupted":               # a byte of the packed UCX key: the crc no longer matches
+        i = len(tail) - 3
+        return blob[:82] + tail[:i] + bytes([tail[i] ^ 0x5A]) + tail[i + 1:]
+    if how == "foreign":                 # the header names another provider
+        return blob[:82] + tail[:8] + b"ofi".ljust(16, b"\0") + tail[24:]
+    raise AssertionError(how)
+
+
+def test_forged_provider_sections_are_refused_with_typed_errors() -> None:
+    """A truncated, corrupted or foreign remote-key section: typed errors naming the cause, no crash; the
+    exporter's map stays importable (nothing it serves is disturbed)."""
+    exporter = subprocess.Popen([sys.executable, str(HERE / "ucx_probe.py"), "export"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(**UCX), cwd=ROOT)
+    try:
+        assert exporter.stdout is not None
+        blob = base64.b64decode(exporter.stdout.readline().strip())
+        want = {"truncated": "InvalidValueError", "corrupted": "InvalidValueError", "foreign": "NotSupportedError"}
+        for how, cls in want.items():
+            out = _probe("import", base64.b64encode(_mangle(blob, how)).decode(), env=_env(**UCX))
+            assert out.startswith(cls) and "memory descriptor" in out, (how, out)
+        assert _probe("import", base64.b64encode(blob).decode(), env=_env(**UCX)) == "ok"
+    finally:
+        exporter.communicate(timeout=30)
