@@ -25,6 +25,7 @@
 static const struct sd_provider_ops *P;
 static int fails;
 static const char *who = "parent";
+static int g_bench;
 
 #define CHECK(c, ...)                                                                  \
 	do {                                                                           \
@@ -142,7 +143,12 @@ static void cb_conn_event(void *arg, struct sd_prov_conn *c, void *cctx, const s
 	switch (ev->ev) {
 	case SD_PROV_EV_ESTABLISHED: S.established++; break;
 	case SD_PROV_EV_REJECTED: S.rejected++; break;
-	case SD_PROV_EV_FAILED: S.failed++; S.fail_status = ev->status; break;
+	case SD_PROV_EV_FAILED:
+		S.failed++;
+		S.fail_status = ev->status;
+		if (getenv("OFI_TEST_VERBOSE"))
+			fprintf(stderr, "[%s] connection failed: %s (%s)\n", who, sd_prov_strerror(ev->status), ev->why);
+		break;
 	case SD_PROV_EV_DISCONNECTED: S.disconnected++; break;
 	}
 	if (ev->priv_len && ev->priv_len < sizeof(S.priv)) {
@@ -295,7 +301,16 @@ static void target(int sock)
 	msend(sock, blob_ro, blen_ro);
 	for (;;) {
 		struct msg m;
-		int r = wait_for(NULL, NULL, sock, 60000);
+		int r;
+
+		if (g_bench) { /* the bench: the target spins (as the raw baseline's target does) */
+			struct pollfd pf = { .fd = sock, .events = POLLIN };
+			while (P->progress(S.p) >= 0 && poll(&pf, 1, 0) == 0)
+				;
+			r = 2;
+		} else {
+			r = wait_for(NULL, NULL, sock, 60000);
+		}
 
 		if (r != 2)
 			break;
@@ -350,8 +365,10 @@ static void target(int sock)
 			break;
 		}
 		case CMD_CM_ANSWER: {
-			/* wait for a request, then accept or reject with private data */
-			int want = S.requests + 1;
+			/* wait for a request, then accept or reject with private data (the
+			 * request may have arrived already: counted against those answered) */
+			static int answered;
+			int want = ++answered;
 			int ok = wait_for(c_ge, (int[]){ 0, 0 }, -1, 0); /* progress once */
 			(void)ok;
 			for (uint64_t end = now_ms() + 10000; S.requests < want && now_ms() < end;)
@@ -688,7 +705,7 @@ static void test_flush(int sock, struct sd_prov_conn *c, struct sd_prov_rkey *rk
  * key's rights and range. The requester-side check passes (it trusts the
  * blob); the target must refuse where caps.enforce says it does. Last test on
  * the connection: a refused op breaks it, as on RC hardware. */
-static void test_enforce(struct sd_prov_conn *c, const uint8_t *roblob, size_t rolen, uint64_t base, uint32_t enforce)
+static void test_enforce(int sock, struct sd_prov_conn *c, const uint8_t *roblob, size_t rolen, uint64_t base, uint32_t enforce)
 {
 	uint8_t b[4096], src[64], dst[64];
 	struct sd_prov_rkey *rk = NULL;
@@ -708,18 +725,28 @@ static void test_enforce(struct sd_prov_conn *c, const uint8_t *roblob, size_t r
 	if (e)
 		return;
 	if (enforce & SD_PROV_ENF_ACCESS) {
+		struct msg m = { .cmd = CMD_CHECK, .seed = 99, .off = 64, .len = sizeof(src) };
+		uint64_t ok = 1, t0 = now_ms();
+
+		fill(src, sizeof(src), 99);
 		memset(&o, 0, sizeof(o));
-		e = run_op(&o, P->write(c, &iv, 1, rk, base, &o));
+		e = run_op(&o, P->write(c, &iv, 1, rk, base + 64, &o));
 		CHECK(e != DOCA_SUCCESS, "write through a read-only registration refused by the target: %s",
 		      sd_prov_strerror(e));
-		printf("    write without the right: %s (target enforces access)\n", sd_prov_strerror(e));
+		printf("    write without the right: %s after %llu ms (target enforces access)\n", sd_prov_strerror(e),
+		       (unsigned long long)(now_ms() - t0));
+		cmd(sock, &m);
+		mrecv(sock, &ok, sizeof(ok));
+		CHECK(ok == 0, "the refused write changed nothing at the target");
 		for (uint64_t end = now_ms() + 5000; !S.failed && now_ms() < end;)
 			wait_for(NULL, NULL, -1, 10);
 	}
 	if ((enforce & SD_PROV_ENF_BOUNDS) && !S.failed) { /* (the access refusal broke the connection) */
+		uint64_t t0 = now_ms();
 		e = run_op(&o, P->read(c, &dv, 1, rk, base + 4096 + 64, &o));
 		CHECK(e != DOCA_SUCCESS, "read past the registration refused by the target: %s", sd_prov_strerror(e));
-		printf("    read past the registration: %s (target enforces bounds)\n", sd_prov_strerror(e));
+		printf("    read past the registration: %s after %llu ms (target enforces bounds)\n", sd_prov_strerror(e),
+		       (unsigned long long)(now_ms() - t0));
 		for (uint64_t end = now_ms() + 5000; !S.failed && now_ms() < end;)
 			wait_for(NULL, NULL, -1, 10);
 	}
@@ -947,6 +974,7 @@ int main(int argc, char **argv)
 	pid_t gpid = -1, vpid = -1;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	g_bench = do_bench;
 	P = sd_provider_find("ofi");
 	if (!P || P->probe(&why)) {
 		printf("SKIP: provider ofi unavailable: %s\n", P ? why.msg : "not built");
@@ -1025,7 +1053,7 @@ int main(int argc, char **argv)
 			printf("  cm: not supported on RDM endpoints (%s)\n", why.msg);
 		}
 		printf("  enforcement at the target (forged key blobs)\n");
-		test_enforce(c, roblob, rolen, base, caps.enforce);
+		test_enforce(sv[0], c, roblob, rolen, base, caps.enforce);
 	}
 	{
 		struct msg m = { .cmd = CMD_QUIT };

@@ -396,6 +396,17 @@ static doca_error_t o_open(const struct sd_prov_open_params *prm, struct sd_prov
 				   fi_query_atomic(p->domain, FI_UINT64, FI_CSWAP, &aa, FI_COMPARE_ATOMIC) == 0;
 	}
 #undef TRY
+	/* test knob: force the emulations where the provider has the native path
+	 * (SOFTDOCA_OFI_EMULATE=atomic,wimm,order), so they are tested here */
+	{
+		const char *em = getenv("SOFTDOCA_OFI_EMULATE");
+		if (em && strstr(em, "atomic"))
+			p->atomic_native = 0;
+		if (em && strstr(em, "wimm"))
+			p->ch.native_cq_data = 0;
+		if (em && strstr(em, "order"))
+			p->ch.order_saw = p->ch.order_raw = 0;
+	}
 	*out = p;
 	return DOCA_SUCCESS;
 fail:
