@@ -215,7 +215,6 @@ static int wait_for(int (*cond)(void *), void *arg, int extra_fd, uint64_t timeo
 	}
 }
 static int c_op(void *a) { return ((struct op *)a)->done; }
-static int c_int(void *a) { return *(int *)a != 0; }
 static int c_ge(void *a) { int *v = a; return v[0] >= v[1]; }
 
 /* ---------------------------------------------------------------- socketpair messages */
@@ -256,6 +255,7 @@ static struct sd_prov_conn *oob_connect(int sock, int first)
 	size_t plen;
 	struct sd_prov_why why = {{0}};
 	doca_error_t e;
+	int est0 = S.established;
 
 	EXPECT_OK(P->conn_create(S.p, NULL, &c), "conn_create");
 	EXPECT_OK(P->conn_export(c, &blob, &len), "conn_export");
@@ -269,12 +269,15 @@ static struct sd_prov_conn *oob_connect(int sock, int first)
 	free(blob);
 	e = P->conn_connect(c, peer, plen, &why);
 	CHECK(e == DOCA_SUCCESS, "conn_connect: %s %s", sd_prov_strerror(e), why.msg);
-	CHECK(wait_for(c_int, &S.established, -1, 10000) == 1, "OOB connection not established");
+	for (uint64_t end = now_ms() + 10000; S.established < est0 + 1 && now_ms() < end;)
+		wait_for(NULL, NULL, -1, 10);
+	CHECK(S.established >= est0 + 1, "OOB connection not established");
 	return c;
 }
 
 /* ---------------------------------------------------------------- the target (child) */
-enum cmd { CMD_CHECK = 1, CMD_RXLOG, CMD_RESUME, CMD_HOLD, CMD_QUIT, CMD_SET64, CMD_LISTEN, CMD_CM_ANSWER };
+enum cmd { CMD_CHECK = 1, CMD_RXLOG, CMD_RESUME, CMD_HOLD, CMD_QUIT, CMD_SET64, CMD_LISTEN, CMD_CM_ANSWER, CMD_NEWCONN,
+	   CMD_DEREG_RO };
 struct msg { uint32_t cmd; uint32_t seed; uint64_t off, len, val; char text[64]; };
 
 static void target(int sock)
@@ -285,6 +288,8 @@ static void target(int sock)
 	size_t blen, blen_ro;
 	const size_t MEM = 16u << 20;
 	struct sd_prov_listener *l = NULL;
+	struct sd_prov_conn *extra[4];
+	int nextra = 0;
 
 	who = "target";
 	open_prov(3000);
@@ -324,6 +329,15 @@ static void target(int sock)
 			msend(sock, &ok, sizeof(ok));
 			break;
 		}
+		case CMD_NEWCONN: /* another OOB connection (the enforcement tests break theirs) */
+			if (nextra < 4)
+				extra[nextra++] = oob_connect(sock, 0);
+			break;
+		case CMD_DEREG_RO:
+			EXPECT_OK(P->dereg_mem(S.p, mr_ro), "dereg ro (revocation)");
+			mr_ro = NULL;
+			msend(sock, &m, sizeof(m));
+			break;
 		case CMD_SET64:
 			memcpy(S.mem + m.off, &m.val, 8);
 			msend(sock, &m, sizeof(m));
@@ -391,8 +405,11 @@ static void target(int sock)
 	if (l)
 		P->listener_close(l);
 	P->conn_close(c);
+	for (int i = 0; i < nextra; i++)
+		P->conn_close(extra[i]);
 	EXPECT_OK(P->dereg_mem(S.p, mr), "dereg");
-	EXPECT_OK(P->dereg_mem(S.p, mr_ro), "dereg ro");
+	if (mr_ro)
+		EXPECT_OK(P->dereg_mem(S.p, mr_ro), "dereg ro");
 	free(blob);
 	free(blob_ro);
 	EXPECT_OK(P->close(S.p), "close");
@@ -701,6 +718,9 @@ static void test_flush(int sock, struct sd_prov_conn *c, struct sd_prov_rkey *rk
 	free(src);
 }
 
+static struct sd_prov_conn *extra_conns[4];
+static int nextra_conns;
+
 /* Forged key blobs (resealed: a peer may forge anything): widen the read-only
  * key's rights and range. The requester-side check passes (it trusts the
  * blob); the target must refuse where caps.enforce says it does. Last test on
@@ -713,6 +733,7 @@ static void test_enforce(int sock, struct sd_prov_conn *c, const uint8_t *roblob
 	struct sd_prov_iov iv = { src, sizeof(src), NULL }, dv = { dst, sizeof(dst), NULL };
 	struct op o = {0};
 	doca_error_t e;
+	int silent = 0;
 
 	memset(src, 0xab, sizeof(src));
 	memcpy(b, roblob, rolen);
@@ -735,20 +756,56 @@ static void test_enforce(int sock, struct sd_prov_conn *c, const uint8_t *roblob
 		      sd_prov_strerror(e));
 		printf("    write without the right: %s after %llu ms (target enforces access)\n", sd_prov_strerror(e),
 		       (unsigned long long)(now_ms() - t0));
+		silent = now_ms() - t0 >= 2000;
 		cmd(sock, &m);
 		mrecv(sock, &ok, sizeof(ok));
 		CHECK(ok == 0, "the refused write changed nothing at the target");
+		if (silent) { /* shm 1.17 (docs/providers.md, known gaps) */
+			printf("    the refusal reached the requester only as the deadline (no error completion); the\n"
+			       "    channel between these two processes may stay wedged: bounds and revocation are not\n"
+			       "    tested on new connections here\n");
+			enforce &= ~(uint32_t)(SD_PROV_ENF_BOUNDS | SD_PROV_ENF_REVOKE);
+		}
 		for (uint64_t end = now_ms() + 5000; !S.failed && now_ms() < end;)
 			wait_for(NULL, NULL, -1, 10);
 	}
-	if ((enforce & SD_PROV_ENF_BOUNDS) && !S.failed) { /* (the access refusal broke the connection) */
-		uint64_t t0 = now_ms();
+	if (enforce & SD_PROV_ENF_BOUNDS) { /* on a new connection: the access refusal broke this one */
+		uint64_t t0;
+		struct msg m = { .cmd = CMD_NEWCONN };
+
+		cmd(sock, &m);
+		c = oob_connect(sock, 1);
+		extra_conns[nextra_conns++] = c;
+		t0 = now_ms();
+		memset(&o, 0, sizeof(o));
 		e = run_op(&o, P->read(c, &dv, 1, rk, base + 4096 + 64, &o));
 		CHECK(e != DOCA_SUCCESS, "read past the registration refused by the target: %s", sd_prov_strerror(e));
 		printf("    read past the registration: %s after %llu ms (target enforces bounds)\n", sd_prov_strerror(e),
 		       (unsigned long long)(now_ms() - t0));
 		for (uint64_t end = now_ms() + 5000; !S.failed && now_ms() < end;)
 			wait_for(NULL, NULL, -1, 10);
+	}
+	if (enforce & SD_PROV_ENF_REVOKE) { /* the genuine read-only key, before and after the target deregistered */
+		struct msg m = { .cmd = CMD_NEWCONN };
+		struct sd_prov_rkey *ro = NULL;
+		uint64_t t0;
+
+		cmd(sock, &m);
+		c = oob_connect(sock, 1);
+		extra_conns[nextra_conns++] = c;
+		EXPECT_OK(P->rkey_import(S.p, roblob, rolen, &ro, NULL, NULL, NULL, &why), "import ro");
+		memset(&o, 0, sizeof(o));
+		EXPECT_OK(run_op(&o, P->read(c, &dv, 1, ro, base, &o)), "read through the key before deregistration");
+		m.cmd = CMD_DEREG_RO;
+		cmd(sock, &m);
+		mrecv(sock, &m, sizeof(m));
+		t0 = now_ms();
+		memset(&o, 0, sizeof(o));
+		e = run_op(&o, P->read(c, &dv, 1, ro, base, &o));
+		CHECK(e != DOCA_SUCCESS, "read through a deregistered key refused by the target: %s", sd_prov_strerror(e));
+		printf("    read after deregistration: %s after %llu ms (target revokes)\n", sd_prov_strerror(e),
+		       (unsigned long long)(now_ms() - t0));
+		P->rkey_release(S.p, ro);
 	}
 	if (!(enforce & (SD_PROV_ENF_BOUNDS | SD_PROV_ENF_ACCESS)))
 		printf("    target enforces nothing here: requester checks only\n");
@@ -1066,6 +1123,8 @@ int main(int argc, char **argv)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "target exit status %d", status);
 	P->rkey_release(S.p, rk);
 	P->conn_close(c);
+	for (int i = 0; i < nextra_conns; i++)
+		P->conn_close(extra_conns[i]);
 	P->progress(S.p);
 	if (!do_bench) {
 		printf("  dead address\n");

@@ -145,6 +145,7 @@ struct orxbuf {                     /* a posted receive buffer */
 	struct sd_prov_conn *c;            /* MSG: its connection; RDM: NULL */
 	uint8_t *buf;
 	void *desc;
+	struct fid_mr *mr;          /* FI_MR_LOCAL: its registration */
 };
 
 enum cstate { CS_NEW = 0, CS_CONNECTING, CS_CM_REQUESTED, CS_ACCEPTING, CS_ESTABLISHED, CS_FAILED,
@@ -192,7 +193,6 @@ struct sd_prov_conn {
 	enum sd_prov_fail fail_reason;
 	uint8_t priv[SD_PROV_MAX_PRIV + 64];
 	size_t priv_len;
-	int req_pending;            /* CM server: conn_request to emit */
 	char why[200];
 };
 
@@ -274,6 +274,16 @@ int ofi_conn_live(struct sd_prov *p, struct sd_prov_conn *c);
 #define OFI_WHY(w, ...) do { if (w) snprintf((w)->msg, sizeof((w)->msg), __VA_ARGS__); } while (0)
 
 /* ofi_ops.c */
+struct oop *ofi_op_new(struct sd_prov_conn *c, enum op_type t, void *op_ctx);
+int ofi_local_descs(struct oop *o, const struct sd_prov_iov *iov, int niov, uint64_t acc);
+doca_error_t ofi_submit(struct sd_prov_conn *c, struct oop *o, int bypass);
+struct oop *ofi_find_out(struct sd_prov_conn *c, uint64_t serial);
+void ofi_maybe_done(struct oop *o);
+void ofi_op_part_done(struct sd_prov *p, struct oop *o, int msg_part, doca_error_t st);
+/* ofi_rx.c */
+void ofi_rndv_read_done(struct oop *o, doca_error_t st);
+int ofi_rx_pump(struct sd_prov_conn *c);
+/* ofi_ops.c (cont.) */
 int ofi_post_rx(struct sd_prov *p, struct orxbuf *b);
 int ofi_alloc_rx(struct sd_prov *p, struct sd_prov_conn *c, int n, struct orxbuf **out);
 void ofi_free_rx(struct sd_prov *p, struct orxbuf *b, int n);

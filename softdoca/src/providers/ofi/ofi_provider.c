@@ -539,7 +539,10 @@ static doca_error_t o_arm(struct sd_prov *p, int *max_sleep_ms)
 			next = c->deadline_ns;
 		if (c->out_head && c->out_head->start_ns + p->timeout_ns < next)
 			next = c->out_head->start_ns + p->timeout_ns;
-		if (c->ev_pending || c->req_pending || c->pend_head || (c->rxq_head && !c->rx_held && !c->rx_placing))
+		if (c->ev_pending || c->user_closed ||
+		    (c->pend_head && !(c->pend_head->wait_writes && c->writes_out) &&
+		     !(c->pend_head->wait_all && c->out_head)) ||
+		    (c->rxq_head && !c->rx_held && !c->rx_placing && c->state == CS_ESTABLISHED))
 			return DOCA_ERROR_AGAIN;
 	}
 	if (n && !p->poll_only && fi_trywait(p->fabric, fids, n) != 0)
