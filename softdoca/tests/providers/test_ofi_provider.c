@@ -727,7 +727,7 @@ static int nextra_conns;
  * the connection: a refused op breaks it, as on RC hardware. */
 static void test_enforce(int sock, struct sd_prov_conn *c, const uint8_t *roblob, size_t rolen, uint64_t base, uint32_t enforce)
 {
-	uint8_t b[4096], src[64], dst[64];
+	static uint8_t b[4096], src[1u << 20], dst[64]; /* 1 MiB: the providers' large-transfer protocols */
 	struct sd_prov_rkey *rk = NULL;
 	struct sd_prov_why why = {{0}};
 	struct sd_prov_iov iv = { src, sizeof(src), NULL }, dv = { dst, sizeof(dst), NULL };
@@ -739,7 +739,8 @@ static void test_enforce(int sock, struct sd_prov_conn *c, const uint8_t *roblob
 	memcpy(b, roblob, rolen);
 	b[48] |= DOCA_ACCESS_FLAG_RDMA_WRITE; /* access field of the body */
 	b[40] = 0;
-	b[41] = 0x20; /* length 8192 instead of 4096 */
+	b[41] = 0;
+	b[42] = 0x20; /* length 2 MiB instead of 4096 (within the target's 16 MiB buffer) */
 	sd_prov_blob_seal(b, (uint32_t)rolen);
 	e = P->rkey_import(S.p, b, rolen, &rk, NULL, NULL, NULL, &why);
 	CHECK(e == DOCA_SUCCESS, "forged blob imports (the crc is no signature): %s %s", sd_prov_strerror(e), why.msg);
@@ -760,6 +761,10 @@ static void test_enforce(int sock, struct sd_prov_conn *c, const uint8_t *roblob
 		cmd(sock, &m);
 		mrecv(sock, &ok, sizeof(ok));
 		CHECK(ok == 0, "the refused write changed nothing at the target");
+		m.len = 64; /* and not its first bytes either (a partial write) */
+		cmd(sock, &m);
+		mrecv(sock, &ok, sizeof(ok));
+		CHECK(ok == 0, "the refused write changed nothing at the target (first bytes)");
 		if (silent) { /* shm 1.17 (docs/providers.md, known gaps) */
 			printf("    the refusal reached the requester only as the deadline (no error completion); the\n"
 			       "    channel between these two processes may stay wedged: bounds and revocation are not\n"
