@@ -46,13 +46,14 @@ void ofi_fill_hints(struct fi_info *h)
  *  - verbs, efa, psm3, cxi, opx, usnic: the NIC checks the MR key, its range
  *    and its access flags, and a closed MR's key is dead (hardware MRs).
  *  - tcp: the target's progress checks every incoming RMA against the
- *    domain's MR map (ofi_mr_verify() in prov/tcp's rx path: key, range,
- *    FI_REMOTE_READ/WRITE), and fi_close(mr) removes the key from the map;
- *    test_ofi_provider checks it with a forged (widened) key blob.
- *  - shm: RMA commands are processed by the target (smr_progress_cmd_rma ->
- *    ofi_mr_verify(): key, range, access against its MR map), the copy is
- *    done by the target (CMA or the shared region); a closed MR's key is gone.
- *    Same host, same uid only. Checked by the same forged-blob test.
+ *    domain's MR map (libfabric 1.17 logs it: ofi_mr_map_verify() "invalid
+ *    access", tcpx_op_write() "invalid rma iov received"): key, range,
+ *    FI_REMOTE_READ / WRITE; fi_close(mr) takes the key out of the map.
+ *    test_ofi_provider checks all three with forged key blobs (refused at once).
+ *  - shm: the target processes the RMA command against its MR map; the test's
+ *    forged writes (64 B, 8000 B, 1 MiB: inline and CMA protocols) never land,
+ *    but shm 1.17 sends the requester no error (the op fails at the deadline);
+ *    revocation assumed from the same MR map, not tested. Same host, same uid.
  *  - anything else: nothing assumed (the requester checks, CAP_CHECK_REQUESTER).
  */
 static uint32_t enforce_of(const char *prov)

@@ -128,7 +128,7 @@ void ofi_fail_ops(struct sd_prov_conn *c, doca_error_t st, int quiet)
 				report(o, st);
 			o->reported = 1;
 			o->c = NULL;
-			if (k == 0 && o->posted && c->ep && c->ep == p->ep) {
+			if (k == 0 && (o->posted > 0 || o->msg_state == 1) && c->ep && c->ep == p->ep) {
 				o->next = p->orphans;
 				p->orphans = o;
 			} else {

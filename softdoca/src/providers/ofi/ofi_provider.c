@@ -425,8 +425,8 @@ static doca_error_t o_close(struct sd_prov *p)
 		ofi_listener_close(p->listeners);
 	while (p->conns) {
 		struct sd_prov_conn *c = p->conns;
+		ofi_msg_ep_teardown(c); /* MSG: its endpoint closed first, then its ops freed */
 		ofi_fail_ops(c, DOCA_ERROR_CONNECTION_RESET, 1); /* no callbacks: reported flags set quietly */
-		ofi_msg_ep_teardown(c);
 		ofi_conn_free(c);
 	}
 	if (p->ep)
