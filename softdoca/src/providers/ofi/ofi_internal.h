@@ -146,6 +146,7 @@ struct orxbuf {                     /* a posted receive buffer */
 	uint8_t *buf;
 	void *desc;
 	struct fid_mr *mr;          /* FI_MR_LOCAL: its registration */
+	int posted;                 /* 1 posted; 2 a repost met -FI_EAGAIN: progress retries it */
 };
 
 enum cstate { CS_NEW = 0, CS_CONNECTING, CS_CM_REQUESTED, CS_ACCEPTING, CS_ESTABLISHED, CS_FAILED,
@@ -242,6 +243,7 @@ struct sd_prov {
 	int epfd;                   /* what get_fd returns (epoll over the wait fds) */
 	int poll_only;              /* some CQ / EQ has no wait fd: arm() bounds the sleep */
 	int kick;                   /* internal work pending: arm() says AGAIN */
+	int rx_unposted;            /* receive buffers whose repost met -FI_EAGAIN */
 	int in_progress;
 	struct sd_prov_conn *conns;
 	struct sd_prov_conn **slots;
@@ -285,6 +287,7 @@ void ofi_rndv_read_done(struct oop *o, doca_error_t st);
 int ofi_rx_pump(struct sd_prov_conn *c);
 /* ofi_ops.c (cont.) */
 int ofi_post_rx(struct sd_prov *p, struct orxbuf *b);
+void ofi_repost_rx(struct sd_prov *p);
 int ofi_alloc_rx(struct sd_prov *p, struct sd_prov_conn *c, int n, struct orxbuf **out);
 void ofi_free_rx(struct sd_prov *p, struct orxbuf *b, int n);
 int ofi_read_cq(struct sd_prov *p, struct fid_cq *cq);

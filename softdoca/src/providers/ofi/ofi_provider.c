@@ -501,6 +501,8 @@ static int o_progress(struct sd_prov *p)
 		if (c->cq && c->cq != p->cq)
 			n += ofi_read_cq(p, c->cq);
 	}
+	if (p->rx_unposted > 0)
+		ofi_repost_rx(p);
 	n += ofi_conn_deadlines(p);
 	for (struct sd_prov_conn *c = p->conns, *nx; c; c = nx) {
 		nx = c->next;

@@ -22,10 +22,33 @@
 int ofi_post_rx(struct sd_prov *p, struct orxbuf *b)
 {
 	struct fid_ep *ep = b->c ? b->c->ep : p->ep;
+	int rc = (int)fi_recv(ep, b->buf, OFI_EAGER, b->desc, FI_ADDR_UNSPEC, &b->fctx);
 
-	/* -FI_EAGAIN (a full receive queue) leaves the buffer unposted: one less
-	 * buffer, never a lost message */
-	return (int)fi_recv(ep, b->buf, OFI_EAGER, b->desc, FI_ADDR_UNSPEC, &b->fctx);
+	/* -FI_EAGAIN (a full receive queue): progress posts it again later */
+	b->posted = rc == 0 ? 1 : rc == -FI_EAGAIN ? 2 : 0;
+	if (rc == -FI_EAGAIN) {
+		p->rx_unposted++;
+		p->kick = 1;
+	}
+	return rc;
+}
+
+static void repost_list(struct sd_prov *p, struct orxbuf *b, int n)
+{
+	for (int i = 0; i < n && p->rx_unposted > 0; i++)
+		if (b[i].posted == 2) {
+			p->rx_unposted--;
+			ofi_post_rx(p, &b[i]);
+		}
+}
+
+void ofi_repost_rx(struct sd_prov *p)
+{
+	if (p->rxb)
+		repost_list(p, p->rxb, p->nrxb);
+	for (struct sd_prov_conn *c = p->conns; c && p->rx_unposted > 0; c = c->next)
+		if (c->rxb && c->state != CS_FAILED && c->state != CS_DEAD)
+			repost_list(p, c->rxb, c->nrxb);
 }
 
 int ofi_alloc_rx(struct sd_prov *p, struct sd_prov_conn *c, int n, struct orxbuf **out)
@@ -53,22 +76,23 @@ int ofi_alloc_rx(struct sd_prov *p, struct sd_prov_conn *c, int n, struct orxbuf
 	}
 	for (int i = 0; i < n; i++) {
 		rc = ofi_post_rx(p, &b[i]);
-		if (rc) {
+		if (rc && rc != -FI_EAGAIN) {
 			ofi_free_rx(p, b, n);
 			return rc;
 		}
 	}
-	*out = b;
+	*out = b; /* (a buffer that met -FI_EAGAIN is posted by a later progress) */
 	return 0;
 }
 
 /* the endpoint the buffers were posted on is closed already */
 void ofi_free_rx(struct sd_prov *p, struct orxbuf *b, int n)
 {
-	(void)p;
 	if (!b)
 		return;
 	for (int i = 0; i < n; i++) {
+		if (b[i].posted == 2 && p->rx_unposted > 0)
+			p->rx_unposted--;
 		if (b[i].mr)
 			fi_close(&b[i].mr->fid);
 		free(b[i].buf);
