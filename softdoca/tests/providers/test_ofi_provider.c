@@ -458,6 +458,25 @@ static void test_rma(int sock, struct sd_prov_conn *c, struct sd_prov_rkey *rk, 
 		e = run_op(&r, P->read(c, rv, 2, rk, base + off, &r));
 		CHECK(e == DOCA_SUCCESS && matches(dst, n, (uint32_t)(i + 11)), "read back %zu B: %s", n,
 		      sd_prov_strerror(e));
+		if (n >= 4096) { /* the same through 6 pieces (more than tcp's and shm's iov_limit of 4) */
+			struct sd_prov_iov six[6];
+			struct op w6 = {0};
+			size_t piece = n / 6, at = 0;
+
+			fill(src, n, (uint32_t)(i + 111));
+			m.seed = (uint32_t)(i + 111);
+			for (int k = 0; k < 6; k++) {
+				six[k].addr = src + at;
+				six[k].len = k == 5 ? n - at : piece;
+				six[k].mr = NULL;
+				at += six[k].len;
+			}
+			e = run_op(&w6, P->write(c, six, 6, rk, base + off, &w6));
+			CHECK(e == DOCA_SUCCESS, "write %zu B in 6 pieces: %s", n, sd_prov_strerror(e));
+			cmd(sock, &m);
+			mrecv(sock, &ok, sizeof(ok));
+			CHECK(ok == 1, "target memory after a %zu B write in 6 pieces", n);
+		}
 	}
 	free(src);
 	free(dst);

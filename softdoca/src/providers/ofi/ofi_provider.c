@@ -397,7 +397,7 @@ static doca_error_t o_open(const struct sd_prov_open_params *prm, struct sd_prov
 	}
 #undef TRY
 	/* test knob: force the emulations where the provider has the native path
-	 * (SOFTDOCA_OFI_EMULATE=atomic,wimm,order), so they are tested here */
+	 * (SOFTDOCA_OFI_EMULATE=atomic,wimm,order,mrlocal), so they are tested here */
 	{
 		const char *em = getenv("SOFTDOCA_OFI_EMULATE");
 		if (em && strstr(em, "atomic"))
@@ -406,6 +406,8 @@ static doca_error_t o_open(const struct sd_prov_open_params *prm, struct sd_prov
 			p->ch.native_cq_data = 0;
 		if (em && strstr(em, "order"))
 			p->ch.order_saw = p->ch.order_raw = 0;
+		if (em && strstr(em, "mrlocal")) /* descriptors everywhere, as FI_MR_LOCAL providers need */
+			p->ch.mr_local = 1;
 	}
 	*out = p;
 	return DOCA_SUCCESS;
