@@ -27,7 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WARN = ["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread"]
 EXTRA = os.environ.get("SOFTDOCA_CFLAGS", "").split()
 def _have_header(name: str) -> bool:
-    """Whether the C compiler finds <name> (the ucx provider needs Debian's libucx-dev to build)."""
+    """Whether the C compiler finds <name> (the ucx provider needs Debian's libucx-dev to build, the ofi
+    provider libfabric-dev)."""
     cc = os.environ.get("CC", "cc").split()
     try:
         return subprocess.run([*cc, "-E", "-x", "c", "-"], input=f"#include <{name}>\n", capture_output=True,
@@ -39,9 +40,14 @@ def _have_header(name: str) -> bool:
 HAVE_UCX = _have_header("ucp/api/ucp.h")
 if HAVE_UCX:
     WARN.append("-DSD_HAVE_UCX")
+HAVE_OFI = _have_header("rdma/fabric.h")  # libfabric.so.1 is dlopened at run time
+if HAVE_OFI:
+    WARN.append("-DSD_HAVE_OFI")
 SRC = sorted(glob.glob("softdoca/src/*.c")) + ["softdoca/src/providers/provider.c"] + \
-    (["softdoca/src/providers/ucx/ucx_provider.c"] if HAVE_UCX else [])
-DEPENDS = sorted(glob.glob("softdoca/src/*.h") + glob.glob("softdoca/src/providers/*.h") + glob.glob("cdefs/*.h")
+    (["softdoca/src/providers/ucx/ucx_provider.c"] if HAVE_UCX else []) + \
+    (sorted(glob.glob("softdoca/src/providers/ofi/*.c")) if HAVE_OFI else [])
+DEPENDS = sorted(glob.glob("softdoca/src/*.h") + glob.glob("softdoca/src/providers/*.h")
+                 + glob.glob("softdoca/src/providers/ofi/*.h") + glob.glob("cdefs/*.h")
                  + glob.glob("softdoca/include/decl/*.h"))
 INCLUDES = ["softdoca/include", "cdefs", "softdoca/src"]
 

@@ -130,9 +130,12 @@ const struct sd_provider_ops *sd_provider_find(const char *name)
 #ifdef SD_HAVE_UCX
 	if (name && strcmp(name, sd_provider_ucx.name) == 0)
 		return &sd_provider_ucx;
-#else
-	(void)name;
 #endif
+#ifdef SD_HAVE_OFI
+	if (name && strcmp(name, sd_provider_ofi.name) == 0)
+		return &sd_provider_ofi;
+#endif
+	(void)name;
 	return NULL;
 }
 

@@ -321,6 +321,7 @@ struct sd_provider_ops {
 /* The providers built in (NULL-terminated list) and lookup by name. */
 const struct sd_provider_ops *sd_provider_find(const char *name);
 extern const struct sd_provider_ops sd_provider_ucx;
+extern const struct sd_provider_ops sd_provider_ofi;
 
 /* A readable name for a doca_error_t (no dependency on libsoftdoca). */
 const char *sd_prov_strerror(doca_error_t e);
