@@ -52,6 +52,15 @@ SUITES = ["tests/test_rdma.py", "tests/test_peer_rdma.py", "tests/test_peer_post
 NETNS = ["tests/test_peer_netns.py"]
 # per UCX transport: what differs from tcp (UCX 1.13.1 aborts only over tcp, see KNOWN)
 TLS = {"tcp": KNOWN, "posix,cma": KNOWN[:3]}
+# per UCX transport: tests left out by keyword. Shared memory does not reach another host: the tests between two
+# network namespaces (two hosts to UCX: another mount namespace) run over tcp only
+SKIP_K = {"tcp": "", "posix,cma": "not netns and not slices_spread_over_devices"}
+# Under the sanitized runs (tools/test-sanitized.sh, tools/test-tsan.sh: a softdoca build given by
+# PYDOCA_SOFTDOCA_LIB) the matrix keeps its first six suites over tcp, within CI's time; the full matrix runs in
+# the plain run
+SANITIZED = bool(os.environ.get("PYDOCA_SOFTDOCA_LIB"))
+if SANITIZED:
+    SUITES, TLS = SUITES[:6], {"tcp": KNOWN}
 
 
 def _env(**extra: str) -> Dict[str, str]:
@@ -72,8 +81,8 @@ def _probe(*args: str, env: Dict[str, str], timeout: float = 60) -> str:
     return r.stdout.strip()
 
 
-def _suite(tests: List[str], deselect: List[str], env: Dict[str, str]) -> None:
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
+def _suite(tests: List[str], deselect: List[str], env: Dict[str, str], keyword: str = "") -> None:
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests] + (["-k", keyword] if keyword else [])
     for test in deselect:
         argv += ["--deselect", test]
     r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=840, cwd=ROOT)
@@ -87,7 +96,7 @@ def _suite(tests: List[str], deselect: List[str], env: Dict[str, str]) -> None:
 def test_the_cross_process_suites_pass_under_ucx(tls: str) -> None:
     """RDMA, peer, batch, sync-event, transfer, sample and C-program tests with UCX over tcp and over shared
     memory (posix + cma: what UCX picks for two processes on one host)."""
-    _suite(SUITES, TLS[tls], _env(SOFTDOCA_PROVIDER="ucx", UCX_TLS=tls))
+    _suite(SUITES, TLS[tls], _env(SOFTDOCA_PROVIDER="ucx", UCX_TLS=tls), SKIP_K[tls])
 
 
 def test_between_two_namespaces_under_ucx_over_tcp() -> None:
