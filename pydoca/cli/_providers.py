@@ -37,6 +37,30 @@ def _ucx_version() -> Optional[str]:
     return f"{major.value}.{minor.value}.{release.value}"
 
 
+@lru_cache(maxsize=1)
+def ofi_fabrics() -> Optional[List[str]]:
+    """libfabric's providers on this host (``fi_info -l``, Debian's libfabric-bin); None when it is absent."""
+    exe = shutil.which("fi_info")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-l"], capture_output=True, text=True, timeout=20).stdout
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    names = [ln[:-1].strip() for ln in out.splitlines() if ln.endswith(":") and not ln.startswith(" ")]
+    return [n for n in names if n and not n.startswith("ofi_hook")]
+
+
+def _ofi_version() -> Optional[str]:
+    try:
+        lib = ctypes.CDLL("libfabric.so.1")
+        lib.fi_version.restype = ctypes.c_uint32
+        v = int(lib.fi_version())
+    except (OSError, AttributeError):
+        return None
+    return f"{v >> 16}.{v & 0xFFFF}"
+
+
 def providers() -> Tuple[List[Dict[str, Any]], List[str], str]:
     """(one entry per provider, the providers built in, the one in use)."""
     from .._native import soft_fn
@@ -53,12 +77,22 @@ def providers() -> Tuple[List[Dict[str, Any]], List[str], str]:
                      ("" if transports is not None else "; ucx_info (Debian: ucx-utils) lists them"))
                     if version else "libucp not found (Debian: libucx0)") if "ucx" in built else
          "not built in (rebuild pydoca with Debian's libucx-dev installed)"},
-        {"name": "ofi", "built": False, "available": False, "version": None, "transports": None,
-         "detail": "not built yet"},
+        _ofi_entry("ofi" in built),
     ]
     name_fn = soft_fn("softdoca_provider_name", ctypes.c_char_p)
     in_use = (name_fn() or b"native").decode() if name_fn else "native"
     return out, built, in_use
+
+
+def _ofi_entry(built: bool) -> Dict[str, Any]:
+    version = _ofi_version() if built else None
+    fabrics = ofi_fabrics() if version else None
+    detail = ("not built in (rebuild pydoca with Debian's libfabric-dev installed)" if not built else
+              "libfabric.so.1 not found (Debian: libfabric1)" if not version else
+              "FI_PROVIDER picks the fabric (tcp, shm, verbs, efa, ...)" +
+              ("" if fabrics is not None else "; fi_info (Debian: libfabric-bin) lists them"))
+    return {"name": "ofi", "built": built, "available": bool(version), "version": version, "transports": fabrics,
+            "detail": detail}
 
 
 def provider_lines(entries: List[Dict[str, Any]], in_use: Optional[str], indent: str = "") -> List[str]:

@@ -24,7 +24,7 @@
  * its data is at the target (the provider flushes), so what follows on the
  * native link sees it.
  *
- * Selection: SOFTDOCA_PROVIDER=native (default) | auto (= native today) | ucx.
+ * Selection: SOFTDOCA_PROVIDER=native (default) | auto (= native today) | ucx | ofi.
  * A provider that was asked for and cannot start fails the mmap or context
  * start with a reason naming the cause and the fix; never a silent fallback.
  */
@@ -72,9 +72,9 @@ static void decide_once(void)
 	if (!P.ops) {
 		P.err = DOCA_ERROR_NOT_SUPPORTED;
 		snprintf(P.why, sizeof(P.why),
-			 "SOFTDOCA_PROVIDER=%s: no such provider in this softdoca (built in: native%s); set "
-			 "SOFTDOCA_PROVIDER=native or unset it",
-			 e, sd_provider_find("ucx") ? ", ucx" : " (ucx: rebuild with Debian's libucx-dev)");
+			 "SOFTDOCA_PROVIDER=%s: no such provider in this softdoca (built in: %s; ucx needs Debian's "
+			 "libucx-dev and ofi libfabric-dev when pydoca is built); set SOFTDOCA_PROVIDER=native or unset it",
+			 e, softdoca_providers_built());
 		return;
 	}
 	{
@@ -909,5 +909,7 @@ const char *sd_prov_conn_transport(const struct doca_rdma_connection *c)
 /* ---------------------------------------------------------------- extension */
 SD_EXPORT const char *softdoca_providers_built(void)
 {
-	return sd_provider_find("ucx") ? "native,ucx" : "native";
+	int ucx = sd_provider_find("ucx") != NULL, ofi = sd_provider_find("ofi") != NULL;
+
+	return ucx && ofi ? "native,ucx,ofi" : ucx ? "native,ucx" : ofi ? "native,ofi" : "native";
 }
