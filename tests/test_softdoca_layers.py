@@ -43,22 +43,27 @@ pytestmark = pytest.mark.skipif(shutil.which("nm") is None or shutil.which("make
                                 reason="nm and make are needed (binutils, make) to inspect softdoca's objects")
 
 
+def _sources() -> Dict[str, Path]:
+    """Module (file stem) -> its source in the layer folders (common/, engine/, rdma/)."""
+    return {p.stem: p for d in ("common", "engine", "rdma") for p in sorted((SRC / d).glob("*.c"))}
+
+
 def _rdma_modules() -> List[str]:
-    return sorted(p.stem for p in SRC.glob("rdma_*.c"))
+    return sorted(m for m in _sources() if m.startswith("rdma_"))
 
 
 def _core_modules() -> List[str]:
-    return sorted(p.stem for p in SRC.glob("*.c") if not p.stem.startswith("rdma_") and p.stem not in ABOVE)
+    return sorted(m for m in _sources() if not m.startswith("rdma_") and m not in ABOVE)
 
 
 @pytest.fixture(scope="module")
 def objects() -> Dict[str, Path]:
     """Every module's object, brought up to date by softdoca's Makefile."""
-    mods = sorted(p.stem for p in SRC.glob("*.c"))
-    targets = [f"build/obj/{m}.o" for m in mods]
+    rel = {m: p.relative_to(SRC).with_suffix(".o") for m, p in _sources().items()}
+    targets = [f"build/obj/{r}" for r in rel.values()]
     r = subprocess.run(["make", "-s", "-C", str(SOFTDOCA), *targets], capture_output=True, text=True)
     assert r.returncode == 0, f"make failed:\n{r.stdout}\n{r.stderr}"
-    return {m: OBJ / f"{m}.o" for m in mods}
+    return {m: OBJ / r for m, r in rel.items()}
 
 
 def _nm(obj: Path, *args: str, strong: bool = False) -> Set[str]:
@@ -91,7 +96,7 @@ def test_every_rdma_module_has_a_layer() -> None:
 
 
 def test_layers_match_the_module_map_of_rdma_h() -> None:
-    head = (SRC / "rdma.h").read_text().split("*/", 1)[0]
+    head = (SRC / "rdma" / "rdma.h").read_text().split("*/", 1)[0]
     layers: List[List[str]] = []
     for line in head.splitlines():
         if re.match(r"^ \* \d+ \S", line):
