@@ -43,13 +43,18 @@ if HAVE_UCX:
 HAVE_OFI = _have_header("rdma/fabric.h")  # libfabric.so.1 is dlopened at run time
 if HAVE_OFI:
     WARN.append("-DSD_HAVE_OFI")
-SRC = sorted(glob.glob("softdoca/src/*.c")) + ["softdoca/src/providers/provider.c"] + \
+# softdoca/src: one folder per layer, lowest first (docs/architecture.md), as in softdoca/Makefile's LAYER_DIRS;
+# providers/ (the provider interface, one folder per provider) apart.
+LAYER_DIRS = ["common", "engine", "rdma"]
+SRC = [c for d in LAYER_DIRS for c in sorted(glob.glob(f"softdoca/src/{d}/*.c"))] + \
+    ["softdoca/src/providers/provider.c"] + \
     (["softdoca/src/providers/ucx/ucx_provider.c"] if HAVE_UCX else []) + \
     (sorted(glob.glob("softdoca/src/providers/ofi/*.c")) if HAVE_OFI else [])
-DEPENDS = sorted(glob.glob("softdoca/src/*.h") + glob.glob("softdoca/src/providers/*.h")
-                 + glob.glob("softdoca/src/providers/ofi/*.h") + glob.glob("cdefs/*.h")
+DEPENDS = sorted([h for d in LAYER_DIRS for h in glob.glob(f"softdoca/src/{d}/*.h")]
+                 + glob.glob("softdoca/src/providers/*.h") + glob.glob("softdoca/src/providers/ofi/*.h")
+                 + glob.glob("cdefs/*.h")
                  + glob.glob("softdoca/include/decl/*.h"))
-INCLUDES = ["softdoca/include", "cdefs", "softdoca/src"]
+INCLUDES = ["softdoca/include", "cdefs", "softdoca/src"] + [f"softdoca/src/{d}" for d in LAYER_DIRS]
 
 
 def _gen_runtime():
@@ -76,7 +81,7 @@ def _lib(name: str, sources, link_with_common: bool) -> Extension:
 RUNTIME = [
     _lib("doca_common", [s for s in SRC if not s.endswith("/argp.c")], False),
     _lib("doca_rdma", ["softdoca/runtime/doca_rdma_lib.c"], True),
-    _lib("doca_argp", ["softdoca/src/argp.c"], True),
+    _lib("doca_argp", ["softdoca/src/common/argp.c"], True),
 ]
 
 

@@ -3,7 +3,7 @@
 A *shape* is a DOCA release: softdoca relinked so that the functions that
 release lacks (``pydoca._native.versions``: every optional function added
 after it) are local, not exported, and ``doca_version_runtime`` reports that
-release (``-DSOFTDOCA_RUNTIME_VERSION``, read by softdoca/src/error.c). The
+release (``-DSOFTDOCA_RUNTIME_VERSION``, read by softdoca/src/common/error.c). The
 result is a directory holding ``libdoca_common.so`` and ``libdoca_rdma.so``
 (a symlink: one object, loaded once), for ``PYDOCA_BACKEND=doca`` with
 ``PYDOCA_DOCA_LIB_DIR``: the loader path a DPU host takes.
@@ -27,6 +27,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 SOFTDOCA = ROOT / "softdoca"
+# softdoca/src: one folder per layer (setup.py, softdoca/Makefile); providers/ apart
+LAYER_DIRS = ("common", "engine", "rdma")
 VERSIONS = ROOT / "pydoca" / "_native" / "versions.py"
 
 #: The version string each shape reports (the patch numbers of real releases).
@@ -76,16 +78,17 @@ class ShapeBuilder:
 
     def _cc(self, args: Sequence[str]) -> None:
         cmd = [self.cc, *CFLAGS, "-I", str(SOFTDOCA / "include"), "-I", str(ROOT / "cdefs"),
-               "-I", str(SOFTDOCA / "src"), *args]
+               "-I", str(SOFTDOCA / "src"), *(a for d in LAYER_DIRS for a in ("-I", str(SOFTDOCA / "src" / d))),
+               *args]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-4000:]}")
 
     def objects(self) -> List[Path]:
-        """softdoca/src/*.c but error.c, and the provider interface (no ucx provider: these shapes stand for
-        DOCA), compiled (once)."""
+        """softdoca/src/{common,engine,rdma}/*.c but error.c, and the provider interface (no ucx provider:
+        these shapes stand for DOCA), compiled (once)."""
         if self._objs is None:
-            srcs = sorted(p for p in (SOFTDOCA / "src").glob("*.c") if p.name != "error.c")
+            srcs = [p for d in LAYER_DIRS for p in sorted((SOFTDOCA / "src" / d).glob("*.c")) if p.name != "error.c"]
             srcs.append(SOFTDOCA / "src" / "providers" / "provider.c")
             objs = [self.objdir / (p.stem + ".o") for p in srcs]
             with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
@@ -104,7 +107,7 @@ class ShapeBuilder:
         out = self.workdir / f"doca-{version.replace(' ', '_')}-{len(self._shapes)}"
         out.mkdir(parents=True)
         err_o = out / "error.o"
-        self._cc([f'-DSOFTDOCA_RUNTIME_VERSION="{version}"', "-c", str(SOFTDOCA / "src" / "error.c"),
+        self._cc([f'-DSOFTDOCA_RUNTIME_VERSION="{version}"', "-c", str(SOFTDOCA / "src" / "common" / "error.c"),
                   "-o", str(err_o)])
         script = out / "shape.map"
         local = "".join(f" {n};" for n in hidden)

@@ -165,7 +165,7 @@ def test_descriptor_garbage_with_valid_prefix(dev: Device, blob: bytes) -> None:
         _rejected(dev, blob[:cut] + rnd.randbytes(len(blob) - cut))
 
 
-# softdoca's descriptor layout (softdoca/src/mmap.c): magic u32, version u16, total length u16,
+# softdoca's descriptor layout (softdoca/src/common/mmap.c): magic u32, version u16, total length u16,
 # instance u64, id u64, addr u64, len u64, permissions u32, key[16], ip[16], port u16, crc32 u32.
 SOFT_FIELDS = {"magic": (0, "<I"), "version": (4, "<H"), "desc_len": (6, "<H"), "addr": (24, "<Q"),
                "len": (32, "<Q"), "permissions": (40, "<I")}

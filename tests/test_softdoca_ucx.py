@@ -1,4 +1,4 @@
-"""softdoca with SOFTDOCA_PROVIDER=ucx: one-sided operations through UCX (softdoca/src/rdma_prov.c over
+"""softdoca with SOFTDOCA_PROVIDER=ucx: one-sided operations through UCX (softdoca/src/rdma/rdma_prov.c over
 the provider of softdoca/src/providers/ucx), everything else on the native link. Runs the cross-process
 RDMA, peer, batch and sync-event suites again under UCX over TCP, checks that the bytes really went
 through UCX, and that a provider asked for is never silently replaced and never mixed with another.

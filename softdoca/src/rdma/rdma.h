@@ -1,35 +1,46 @@
 /*
- * softdoca RDMA: private structures shared by the rdma modules.
+ * softdoca RDMA: private structures shared by the modules of engine/ and
+ * rdma/.
  *
- * Module map, lowest layer first. A module calls only modules of its own
- * layer or of the layers below it (tests/test_softdoca_layers.py checks it
- * with nm); a lower layer reaches an upper one only through the handlers the
- * upper one registers with it. The core modules (internal.h) are below all.
- * 1 engine services
+ * softdoca/src has one folder per layer, lowest first: providers/ (the
+ * provider interface, providers/provider.h, one folder per provider; a
+ * provider calls nothing outside providers/), common/ (the DOCA Common
+ * objects, internal.h), engine/ (layers 1-4 below) and rdma/ (the DOCA RDMA
+ * context layer, layers 5-7). Module map of engine/ and rdma/, lowest layer
+ * first. A module calls only modules of its own layer or of the layers below
+ * it, a folder only its own or the folders below, and only the provider
+ * bridge (rdma_prov.c) calls into providers/, through the provider interface
+ * (tests/test_softdoca_layers.py checks it with nm); a lower layer reaches an
+ * upper one only through the handlers the upper one registers with it
+ * (common/mmap.c: struct sd_mmap_hooks, installed by rdma_ctx.c; the engine:
+ * struct sd_link_ops, struct sd_rdma_ops, struct sd_eng_hook).
+ * 1 engine services [engine/]
  *   rdma_engine.c    the engine lock and its completion batch (the
  *                    task-completion hand-off), the engine's epoll set and
  *                    its wake-up (sd_eng_kick), the engine timeout, the
  *                    live-object counters
- * 2 links
+ * 2 links [engine/]
  *   rdma_link.c      frame header codec; links: tx queue, control-frame
  *                    blobs, gather sendmsg, the submit doorbell (FLUSH /
  *                    deferral), close / drain, freeing closed links. A link
  *                    reports to its owner through the struct sd_link_ops
  *                    given to sd_link_new
- * 3 rx framing
+ * 3 rx framing [engine/]
  *   rdma_rx.c        reads: staging buffer, direct payload reads; hands each
  *                    frame to the link's on_header / on_payload_done
- * 4 engine thread
+ * 4 engine thread [engine/]
  *   rdma_loop.c      the epoll loop, adaptive spin, link readiness (connect
  *                    completion, rx, tx), keepalive and park timers, inline
  *                    polling, ctx attach / detach. It serves listeners
  *                    through their sd_ep.on_event and the connections of a
  *                    context through rdma->eng_ops (struct sd_rdma_ops)
- * 5 connections, data operations, tasks, context (these call one another)
+ * 5 connections, data operations, tasks, context (call one another) [rdma/]
  *   rdma_wire.c      data operations (responder / requester), RNR parking,
  *                    error details of refused operations
- *   rdma_xport.c     same-host transport: registration table, cross-memory
- *                    attach for one-sided writes/reads, softdoca_transport_name
+ *   rdma_xport.c     same-host transport: registration table (maps
+ *                    published / revoked through struct sd_mmap_hooks),
+ *                    cross-memory attach for one-sided writes/reads,
+ *                    softdoca_transport_name
  *   rdma_conn.c      connection objects, export/connect (OOB) handshake,
  *                    HELLO / CM frames, deadlines, disconnect; the handlers
  *                    of this layer: sd_conn_link_ops (given to every link)
@@ -39,13 +50,18 @@
  *                    reject / connect_to_addr), address objects
  *   rdma_tasks.c     task pools, validation, submit
  *   rdma_sync_event.c  remote-net sync-event tasks (over the data operations)
- *   rdma_ctx.c       context, configuration, capabilities, event delivery
+ *   rdma_ctx.c       context, configuration, capabilities, event delivery;
+ *                    installs struct sd_mmap_hooks in common/mmap.c
  *   rdma_prov.c      the provider bridge (SOFTDOCA_PROVIDER): one-sided
  *                    operations through a provider of providers/ (ucx), its
- *                    connection beside the native link, registrations,
- *                    the engine hook that progresses it
- * 6 task API
+ *                    connection beside the native link, registrations (maps,
+ *                    through struct sd_mmap_hooks), the engine hook that
+ *                    progresses it (struct sd_eng_hook)
+ * 6 task API [rdma/]
  *   rdma_task_api.c  per-type public task API
+ * 7 softdoca extensions [rdma/]
+ *   ext.c            softdoca_* facts DOCA keeps internal (failure reasons,
+ *                    private data, error details, live objects)
  *
  * Locking: one process-wide engine lock (sd_eng_lock) protects every runtime
  * field of every started doca_rdma (connections, links, queues, listeners).
@@ -734,6 +750,10 @@ void sd_xport_offer(struct sd_link *link, struct sd_hdr *h);
 void sd_xport_on_offer(struct sd_link *link, const struct sd_hdr *h);
 /* The connection of link is established: open the peer's table. */
 void sd_xport_attach(struct sd_link *link);
+/* doca_mmap_start / stop / destroy of a local map (common/mmap.c, through
+ * struct sd_mmap_hooks): publish it in this process's table, revoke it. */
+void sd_xport_publish(const struct doca_mmap *m);
+void sd_xport_revoke(const struct doca_mmap *m);
 
 /* ---------------------------------------------------------------- provider bridge (rdma_prov.c) */
 /* Engine lock held. SOFTDOCA_PROVIDER: the provider in use ("native" when
@@ -755,5 +775,11 @@ void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status);
 int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_link *link);
 /* The provider's transports of an established connection, NULL if none. */
 const char *sd_prov_conn_transport(const struct doca_rdma_connection *c);
+/* Maps (common/mmap.c, through struct sd_mmap_hooks, see internal.h):
+ * register a started local map with the provider, deregister it or release
+ * its imported key, import the provider section of an export. */
+doca_error_t sd_prov_mmap_publish(struct doca_mmap *m);
+void sd_prov_mmap_revoke(struct doca_mmap *m);
+doca_error_t sd_prov_mmap_import(struct doca_mmap *m, const uint8_t *tail, size_t len);
 
 #endif

@@ -177,7 +177,7 @@ struct doca_mmap {
 	int token_set;
 	const struct doca_dev *token_dev;
 	uint8_t token[SD_KEY_LEN];
-	/* provider (rdma_prov.c, SOFTDOCA_PROVIDER): local maps: the registration
+	/* provider (rdma/rdma_prov.c, SOFTDOCA_PROVIDER): local maps: the registration
 	 * and its remote-key blob, appended to the export; remote maps: the blob
 	 * from the export and the key imported from it at the first operation */
 	struct sd_prov_mr *prov_mr;
@@ -218,24 +218,31 @@ doca_error_t sd_mmap_acquire_inst(uint64_t instance, uint64_t id, const uint8_t 
 				  uint64_t addr, uint64_t len, uint32_t need_perm,
 				  struct doca_mmap **out);
 
-/* Same-host transport (rdma_xport.c): a started local map is published in
- * the process's shared registration table (doca_mmap_start, after it is
- * registered) and revoked before the registry drain of doca_mmap_stop /
- * destroy (waits, bounded, for peer copies in progress). Weak: the core
- * objects link without the rdma modules (test_common). */
-void sd_xport_publish(const struct doca_mmap *m) __attribute__((weak));
-void sd_xport_revoke(const struct doca_mmap *m) __attribute__((weak));
-
-/* Provider (rdma_prov.c, SOFTDOCA_PROVIDER=ucx): a started local map is
- * registered with the provider (an error fails doca_mmap_start: a provider
- * asked for is never skipped); revoke deregisters it (local) or releases its
- * imported key (remote); import checks the provider section that follows the
- * native descriptor in an export. Weak, as above. */
+/* The RDMA layer's handlers of map events. Common is below the RDMA layer
+ * (rdma/) and never calls it: rdma/rdma_ctx.c installs these when the library
+ * loads (before any map can start); none installed (the core objects alone,
+ * test_common) is a map with neither a same-host transport nor a provider.
+ * Same-host transport (rdma/rdma_xport.c): xport_publish publishes a started
+ * local map in the process's shared registration table (doca_mmap_start,
+ * after it is registered); xport_revoke revokes it before the registry drain
+ * of doca_mmap_stop / destroy (waits, bounded, for peer copies in progress).
+ * Provider bridge (rdma/rdma_prov.c, SOFTDOCA_PROVIDER=ucx): prov_publish
+ * registers a started local map with the provider (an error fails
+ * doca_mmap_start: a provider asked for is never skipped); prov_revoke
+ * deregisters it (local) or releases its imported key (remote); prov_import
+ * checks the provider section that follows the native descriptor in an
+ * export. */
 struct sd_prov_mr;
 struct sd_prov_rkey;
-doca_error_t sd_prov_mmap_publish(struct doca_mmap *m) __attribute__((weak));
-void sd_prov_mmap_revoke(struct doca_mmap *m) __attribute__((weak));
-doca_error_t sd_prov_mmap_import(struct doca_mmap *m, const uint8_t *tail, size_t len) __attribute__((weak));
+struct sd_mmap_hooks {
+	void (*xport_publish)(const struct doca_mmap *m);
+	void (*xport_revoke)(const struct doca_mmap *m);
+	doca_error_t (*prov_publish)(struct doca_mmap *m);
+	void (*prov_revoke)(struct doca_mmap *m);
+	doca_error_t (*prov_import)(struct doca_mmap *m, const uint8_t *tail, size_t len);
+};
+/* hooks lives as long as the process; NULL removes them. */
+void sd_mmap_set_hooks(const struct sd_mmap_hooks *hooks);
 
 /* Export descriptor (doca_mmap_export_rdma), little-endian, no padding:
  *   u32 magic "SDMM" | u16 version | u16 total length | u64 instance | u64 map id

@@ -24,6 +24,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---------------------------------------------------------------- handlers in Common */
+/* Common (common/mmap.c) is below this layer: a map reaches the same-host
+ * transport and, through the provider bridge, the provider only through the
+ * handlers installed here when the library loads, before any map can start. */
+static const struct sd_mmap_hooks rdma_mmap_hooks = {
+	.xport_publish = sd_xport_publish,
+	.xport_revoke = sd_xport_revoke,
+	.prov_publish = sd_prov_mmap_publish,
+	.prov_revoke = sd_prov_mmap_revoke,
+	.prov_import = sd_prov_mmap_import,
+};
+
+__attribute__((constructor)) static void rdma_install_mmap_hooks(void)
+{
+	sd_mmap_set_hooks(&rdma_mmap_hooks);
+}
+
 static int ctx_idle(const struct doca_rdma *r)
 {
 	return r->ctx.state == DOCA_CTX_STATE_IDLE;

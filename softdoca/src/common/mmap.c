@@ -16,6 +16,20 @@ static struct doca_mmap **reg_maps;
 static size_t reg_num, reg_cap;
 static _Atomic uint64_t next_map_id = 1;
 
+/* ---------------------------------------------------------------- the RDMA layer's handlers */
+static const struct sd_mmap_hooks no_hooks;
+static const struct sd_mmap_hooks *mmap_hooks = &no_hooks;
+
+void sd_mmap_set_hooks(const struct sd_mmap_hooks *hooks)
+{
+	__atomic_store_n(&mmap_hooks, hooks ? hooks : &no_hooks, __ATOMIC_RELEASE);
+}
+
+static const struct sd_mmap_hooks *hooks(void)
+{
+	return __atomic_load_n(&mmap_hooks, __ATOMIC_ACQUIRE);
+}
+
 static void reg_prepare(void) { pthread_mutex_lock(&reg_lock); }
 static void reg_after(void) { pthread_mutex_unlock(&reg_lock); }
 
@@ -158,11 +172,12 @@ static doca_error_t reg_drain(struct doca_mmap *m)
 	uint64_t ms = sd_env_ms("SOFTDOCA_TIMEOUT_MS", 5000);
 	struct timespec dl;
 	doca_error_t rc = DOCA_SUCCESS;
+	const struct sd_mmap_hooks *h = hooks();
 
-	if (sd_xport_revoke) /* same-host transport first: no peer copy after this */
-		sd_xport_revoke(m);
-	if (sd_prov_mmap_revoke)
-		sd_prov_mmap_revoke(m);
+	if (h->xport_revoke) /* same-host transport first: no peer copy after this */
+		h->xport_revoke(m);
+	if (h->prov_revoke)
+		h->prov_revoke(m);
 	pthread_once(&reg_once, reg_init);
 	clock_gettime(CLOCK_MONOTONIC, &dl);
 	dl.tv_sec += (time_t)(ms / 1000);
@@ -295,8 +310,8 @@ SD_EXPORT doca_error_t doca_mmap_create(struct doca_mmap **mmap)
 
 static void mmap_free(struct doca_mmap *m)
 {
-	if (sd_prov_mmap_revoke && (m->prov_mr || m->prov_rkey || m->prov_blob))
-		sd_prov_mmap_revoke(m);
+	if (hooks()->prov_revoke && (m->prov_mr || m->prov_rkey || m->prov_blob))
+		hooks()->prov_revoke(m);
 	pthread_mutex_destroy(&m->lock);
 	free(m->devs);
 	free(m->export_blob);
@@ -375,16 +390,16 @@ SD_EXPORT doca_error_t doca_mmap_start(struct doca_mmap *mmap)
 			rc = DOCA_ERROR_OPERATING_SYSTEM;
 		if (rc == DOCA_SUCCESS && reg_add(mmap) != 0)
 			rc = DOCA_ERROR_NO_MEMORY;
-		if (rc == DOCA_SUCCESS && sd_prov_mmap_publish) {
-			rc = sd_prov_mmap_publish(mmap); /* SOFTDOCA_PROVIDER: register with it */
+		if (rc == DOCA_SUCCESS && hooks()->prov_publish) {
+			rc = hooks()->prov_publish(mmap); /* SOFTDOCA_PROVIDER: register with it */
 			if (rc != DOCA_SUCCESS)
 				reg_drain(mmap);
 		}
 		if (rc == DOCA_SUCCESS) {
 			mmap->started = 1;
 			mmap->was_started = 1;
-			if (sd_xport_publish) /* same-host transport (rdma_xport.c) */
-				sd_xport_publish(mmap);
+			if (hooks()->xport_publish) /* same-host transport (rdma/rdma_xport.c) */
+				hooks()->xport_publish(mmap);
 		}
 	}
 	pthread_mutex_unlock(&mmap->lock);
@@ -520,14 +535,14 @@ SD_EXPORT doca_error_t doca_mmap_create_from_export(const union doca_data *user_
 				&d);
 	if (rc != DOCA_SUCCESS)
 		return rc;
-	if (export_desc_len > SD_MMAP_DESC_LEN && !sd_prov_mmap_import)
+	if (export_desc_len > SD_MMAP_DESC_LEN && !hooks()->prov_import)
 		return DOCA_ERROR_INVALID_VALUE;
 	m = mmap_alloc();
 	if (!m)
 		return DOCA_ERROR_NO_MEMORY;
 	if (export_desc_len > SD_MMAP_DESC_LEN) {
-		rc = sd_prov_mmap_import(m, (const uint8_t *)export_desc + SD_MMAP_DESC_LEN,
-					 export_desc_len - SD_MMAP_DESC_LEN);
+		rc = hooks()->prov_import(m, (const uint8_t *)export_desc + SD_MMAP_DESC_LEN,
+					  export_desc_len - SD_MMAP_DESC_LEN);
 		if (rc != DOCA_SUCCESS) {
 			mmap_free(m);
 			return rc;
