@@ -51,6 +51,11 @@ MAINTAIN_S = 0.02          # how often a busy serving loop checks deadlines (han
 _WANT = {P.MsgType.WRITE: Kind.WRITE, P.MsgType.READ: Kind.READ, P.MsgType.CALL: Kind.CALL}
 
 
+def _stride(size: int) -> int:
+    """Bytes between consecutive slots of an endpoint in a requester's region (64-byte aligned)."""
+    return (size + 63) // 64 * 64
+
+
 class _Peer:
     """A connected requester: handshake state, credential, private region."""
 
@@ -65,13 +70,14 @@ class _Peer:
         self.kill_at: Optional[float] = None
         self.region: Optional[np.ndarray] = None
         self.rmap: Optional[MemoryMap] = None
-        self.slots: Dict[int, int] = {}
+        self.slots: Dict[int, int] = {}    # endpoint id -> offset of its first slot in the region
         self.posted_open = 0               # posted writes admitted, handler not finished
         self.credit_due = 0                # posted writes finished, not yet credited
 
-    def slot_view(self, ep: Endpoint, offset: int, length: int) -> memoryview:
+    def slot_view(self, ep: Endpoint, offset: int, length: int, index: int = 0) -> memoryview:
+        """``length`` bytes at ``offset`` of slot ``index`` of ``ep`` (write endpoints may have several)."""
         assert self.region is not None
-        start = self.slots[ep.id] + offset
+        start = self.slots[ep.id] + index * _stride(ep.size) + offset
         return self.region.data[start:start + length]
 
     def __str__(self) -> str:
@@ -128,12 +134,15 @@ class Responder:
     # -- definition ---------------------------------------------------------
     def add_endpoint(self, path: str, kind: Union[Kind, str], size: int, handler: Optional[Handler] = None, *,
                      queue: Optional[int] = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
-                     description: str = "", inline: bool = False, copy: bool = False) -> Endpoint:
+                     description: str = "", inline: bool = False, copy: bool = False, slots: int = 1) -> Endpoint:
         """Define an endpoint (before ``start()``); ``timeout`` overrides ``call_timeout`` for its handler;
         ``inline=True`` runs the handler on the serving thread (saves the hand-off to the pool, ~15-35 us
         on softdoca on two vCPUs; only for handlers that return at once: a slow one stalls every requester,
         no timeout); ``copy=True`` gives a write handler a private copy of the data instead of a live view
-        of the requester's slot (for handlers that validate before use)."""
+        of the requester's slot (for handlers that validate before use); ``slots`` (write endpoints): slots of
+        the endpoint's size in each requester's region, so that that many staged writes (over the inline size)
+        of one requester to this endpoint overlap instead of going one at a time (their handlers still run
+        ``concurrency`` at a time, in order of arrival); memory: ``slots`` x size per requester."""
         if self._started:
             raise RuntimeError("add endpoints before start()")
         if path in self._by_path:
@@ -146,7 +155,7 @@ class Responder:
             raise ValueError("at most 65535 endpoints")
         ep = Endpoint(len(self.endpoints), path, Kind(kind), size, handler, queue=queue, concurrency=concurrency,
                       timeout=timeout if timeout is not None else self.call_timeout, description=description,
-                      inline=inline, copy=copy)
+                      inline=inline, copy=copy, slots=slots)
         self.endpoints.append(ep)
         self._by_path[path] = ep
         return ep
@@ -179,12 +188,13 @@ class Responder:
         for e in spec.endpoints:
             fn = resolve_handler(e.handler, spec.base_dir) if e.handler else None
             resp.add_endpoint(e.path, e.kind, e.size, fn, queue=e.queue, concurrency=e.concurrency,
-                              timeout=e.timeout, description=e.description, inline=e.inline, copy=e.copy)
+                              timeout=e.timeout, description=e.description, inline=e.inline, copy=e.copy,
+                              slots=e.slots)
         return resp
 
     def specs(self) -> List[EndpointSpec]:
         return [EndpointSpec(e.path, e.kind, e.size, None, e.queue, e.description, e.concurrency, e.timeout,
-                             e.inline, e.copy) for e in self.endpoints]
+                             e.inline, e.copy, e.slots) for e in self.endpoints]
 
     # -- lifecycle ------------------------------------------------------------
     def _open_device(self) -> Device:
@@ -612,11 +622,14 @@ class Responder:
         entries, total = [], 0
         for e in self.endpoints:
             allowed = cred.allows(e.path, e.kind.value)
-            entries.append({"id": e.id, "path": e.path, "kind": e.kind.value, "size": e.size,
-                            "rights": e.kind.value[0] if allowed else "", "slot": total if allowed else -1})
+            entry = {"id": e.id, "path": e.path, "kind": e.kind.value, "size": e.size,
+                     "rights": e.kind.value[0] if allowed else "", "slot": total if allowed else -1}
+            if e.slots > 1:
+                entry["slots"] = e.slots      # slot i at slot + i x size rounded up to 64 bytes
+            entries.append(entry)
             if allowed:
                 peer.slots[e.id] = total
-                total += (e.size + 63) // 64 * 64
+                total += _stride(e.size) * e.slots
         region = ""
         if total:
             peer.region = np.zeros(total, dtype=np.uint8)
@@ -655,10 +668,14 @@ class Responder:
                          f"{msg.length} bytes at offset {msg.offset} do not fit {ep.path} ({ep.size} bytes)",
                          flags=pf)
             return
+        if msg.slot >= ep.slots:
+            self._status(peer, seq, P.Status.PROTOCOL_ERROR, f"{ep.path} has {ep.slots} slot(s) per requester, "
+                         f"not slot {msg.slot}", flags=pf)
+            return
         data: Any
         in_slot = False
         if want is Kind.WRITE:
-            data = peer.slot_view(ep, msg.offset, msg.length) if in_buffer else memoryview(msg.payload)
+            data = peer.slot_view(ep, msg.offset, msg.length, msg.slot) if in_buffer else memoryview(msg.payload)
             if ep.copy and in_buffer:
                 data = memoryview(bytearray(data))
         elif want is Kind.CALL:
