@@ -81,6 +81,9 @@ class Endpoint:
         if inline and handler is not None and inspect.iscoroutinefunction(handler):
             raise ValueError(f"{path}: an async def handler cannot be inline")
         self.wants_requester = handler is not None and _arity(handler) > (1 if self.kind is Kind.CALL else 2)
+        self.is_async = handler is not None and inspect.iscoroutinefunction(handler)
+        #: consecutive runs of its handler that were short (Responder: the serving thread then runs it itself)
+        self.short_runs = 0
         self.mem = np.zeros(size, dtype=np.uint8)
         self.running = 0                # concurrency permits held: handlers running, stuck ones included
         self.stuck = 0                  # handlers past their timeout that still hold a thread
