@@ -173,7 +173,7 @@ class Task(Generic[T]):
     # slots: a task is created for every operation (fewer allocations, less for the cyclic collector);
     # subclasses that declare none get a __dict__ as before
     __slots__ = ("ctx", "_keep", "_maps", "status", "error", "value", "completed_at", "_done_callbacks", "_id",
-                 "_c_task", "__weakref__")
+                 "_c_task", "_recorded", "__weakref__")
 
     def __init__(self, ctx: Context, keep: tuple[Any, ...] = ()) -> None:
         self.ctx = ctx
@@ -186,6 +186,7 @@ class Task(Generic[T]):
         self._done_callbacks: List[Callable[["Task[T]"], None]] = _NO_CALLBACKS
         self._id = next(_task_ids)
         self._c_task: Any = ffi.NULL
+        self._recorded = False         # its success is recorded in C (pydoca_rdma_submit_fast)
 
     # -- C side -------------------------------------------------------------
     def _user_data(self) -> Any:
@@ -263,6 +264,7 @@ class Task(Generic[T]):
         self.status = _SUCCEEDED
         self.completed_at = _monotonic()
         if self._done_callbacks:
+            lib.pydoca_done_unwatch(tid)   # watched after C had recorded it already: forget the key
             if self.ctx.pe._pollers:   # task-ring completions recorded before this one reach Python first
                 self.ctx.pe.run_pollers()
             for cb in self._done_callbacks:
@@ -279,6 +281,8 @@ class Task(Generic[T]):
             fn(self)
         elif self._done_callbacks is _NO_CALLBACKS:
             self._done_callbacks = [fn]
+            if self._recorded:     # completes through the callback shim: fn runs inside DOCA's completion
+                lib.pydoca_done_watch(self._id)
         else:
             self._done_callbacks.append(fn)
 

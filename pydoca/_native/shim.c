@@ -129,11 +129,65 @@ static int pydoca_ring_done(struct doca_task *task, uint64_t ud, int success)
 static __thread uint64_t pydoca_done_ids[PYDOCA_DONE_MAX];
 static __thread uint32_t pydoca_done_n;
 
+/*
+ * Watched tasks: a task given a done callback while in flight (pydoca_done_watch)
+ * completes through _pydoca_task_done as any task, so its callbacks run inside
+ * DOCA's completion callback, the task still allocated (what a callback that
+ * stops its context sees). Few at a time (the requester's transfers): a small
+ * array under a mutex, looked at only while it holds any.
+ */
+static pthread_mutex_t pydoca_watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t *pydoca_watched;
+static uint32_t pydoca_nwatched, pydoca_capwatched;
+
+int pydoca_done_watch(uint64_t key)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&pydoca_watch_mu);
+	if (pydoca_nwatched == pydoca_capwatched) {
+		uint32_t cap = pydoca_capwatched ? 2 * pydoca_capwatched : 16;
+		uint64_t *tab = realloc(pydoca_watched, cap * sizeof(*tab));
+
+		if (!tab)
+			rc = -1;
+		else
+			pydoca_watched = tab, pydoca_capwatched = cap;
+	}
+	if (rc == 0) {
+		pydoca_watched[pydoca_nwatched] = key;
+		__atomic_store_n(&pydoca_nwatched, pydoca_nwatched + 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&pydoca_watch_mu);
+	return rc;
+}
+
+int pydoca_done_unwatch(uint64_t key)
+{
+	int found = 0;
+
+	if (!__atomic_load_n(&pydoca_nwatched, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_mutex_lock(&pydoca_watch_mu);
+	for (uint32_t i = 0; i < pydoca_nwatched; i++) {
+		if (pydoca_watched[i] == key) {
+			pydoca_watched[i] = pydoca_watched[pydoca_nwatched - 1];
+			__atomic_store_n(&pydoca_nwatched, pydoca_nwatched - 1, __ATOMIC_RELEASE);
+			found = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&pydoca_watch_mu);
+	return found;
+}
+
 static int pydoca_done_record(struct doca_task *task, uint64_t ud, int success)
 {
-	if (!success || pydoca_done_n >= PYDOCA_DONE_MAX)
+	uint64_t key = ud & ~PYDOCA_DONE_TAG;
+
+	if (pydoca_done_unwatch(key) || !success || pydoca_done_n >= PYDOCA_DONE_MAX)
 		return 0;
-	pydoca_done_ids[pydoca_done_n++] = ud & ~PYDOCA_DONE_TAG;
+	pydoca_done_ids[pydoca_done_n++] = key;
 	doca_task_free(task);
 	return 1;
 }

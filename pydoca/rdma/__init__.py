@@ -422,19 +422,19 @@ class Rdma(SyncEventTasksMixin, BatchMixin, Context):
         and no out pointer is allocated. The memory maps are pinned before the submit: the task may complete
         on another thread progressing the same engine before the call returns."""
         tid = task._id
-        ha = a.handle
+        task._recorded = True
+        # every check that may raise comes before the maps are pinned
+        ch, ha, hb = conn.handle, a.handle, ffi.NULL if b is None else b.handle
         ma = a._mmap
         ma._tasks[tid] = task
         if b is None:
-            hb = ffi.NULL
             task._maps = [ma]
         else:
-            hb = b.handle
             mb = b._mmap
             mb._tasks[tid] = task
             task._maps = [ma, mb]
         _tasks[tid] = task
-        rc = _submit_fast(self._rdma, kind, conn.handle, ha, hb, imm, tid)
+        rc = _submit_fast(self._rdma, kind, ch, ha, hb, imm, tid)
         if rc:
             task._release_maps()
             c_task = lib.pydoca_refused_take()
@@ -469,12 +469,13 @@ class Rdma(SyncEventTasksMixin, BatchMixin, Context):
         # _fast inlined: the most common single task, one Python frame less per operation
         task = WriteTask(self, (local, remote))
         tid = task._id
-        ha, hb = local.handle, remote.handle
+        task._recorded = True
+        ch, ha, hb = conn.handle, local.handle, remote.handle   # what may raise, before the maps are pinned
         ma, mb = local._mmap, remote._mmap
         ma._tasks[tid] = mb._tasks[tid] = task
         task._maps = [ma, mb]
         _tasks[tid] = task
-        rc = _submit_fast(self._rdma, _K_WRITE, conn.handle, ha, hb, 0, tid)
+        rc = _submit_fast(self._rdma, _K_WRITE, ch, ha, hb, 0, tid)
         if rc:
             task._release_maps()
             c_task = lib.pydoca_refused_take()
