@@ -11,7 +11,6 @@ from typing import Any, Iterator, List
 
 import pytest
 
-import pydoca
 from pydoca import Access
 from pydoca import errors as E
 from pydoca._native import callbacks, lib
@@ -187,5 +186,3 @@ def test_sends_complete_through_the_recorded_path(local: Local, peer: PeerProc) 
     got = peer.call("recv_results")
     assert len(got["results"]) == 4, got
 
-
-pydoca  # noqa: B018 - imported for the backend
