@@ -46,6 +46,8 @@ def _stop_then_destroy(c_ctx: Any, pe_handle: Any, destroy: Callable[[], Any]) -
                and time.monotonic() < deadline):
             if not lib.doca_pe_progress(pe_handle):
                 time.sleep(0.0005)
+            else:
+                callbacks.drain_done()
     destroy()
 
 
@@ -155,22 +157,36 @@ class TaskStatus(enum.Enum):
     FAILED = "failed"
 
 
+_task_ids = callbacks._ids                    # the registry's keys (callbacks.new_id), without a call
+_NO_MAPS: List[Any] = []                     # shared empty lists, never appended to: replaced when needed
+_NO_CALLBACKS: List[Any] = []
+_PENDING = TaskStatus.PENDING
+_SUCCEEDED = TaskStatus.SUCCEEDED
+_monotonic = time.monotonic
+
+
 class Task(Generic[T]):
     """One submitted DOCA task. ``wait()`` progresses the engine until it
     completes; ``result()`` returns its value or raises its DocaError. Tasks
     are awaitable (see pydoca.aio)."""
 
+    # slots: a task is created for every operation (fewer allocations, less for the cyclic collector);
+    # subclasses that declare none get a __dict__ as before
+    __slots__ = ("ctx", "_keep", "_maps", "status", "error", "value", "completed_at", "_done_callbacks", "_id",
+                 "_c_task", "_recorded", "__weakref__")
+
     def __init__(self, ctx: Context, keep: tuple[Any, ...] = ()) -> None:
         self.ctx = ctx
         self._keep = keep              # buffers & memory the task uses stay alive
-        self._maps: List[Any] = []     # MemoryMaps pinned against close while in flight
+        self._maps: List[Any] = _NO_MAPS  # MemoryMaps pinned against close while in flight
         self.status = TaskStatus.PENDING
         self.error: Optional[DocaError] = None
         self.value: Optional[T] = None
         self.completed_at: Optional[float] = None
-        self._done_callbacks: List[Callable[["Task[T]"], None]] = []
-        self._id = callbacks.new_id()
+        self._done_callbacks: List[Callable[["Task[T]"], None]] = _NO_CALLBACKS
+        self._id = next(_task_ids)
         self._c_task: Any = ffi.NULL
+        self._recorded = False         # its success is recorded in C (pydoca_rdma_submit_fast)
 
     # -- C side -------------------------------------------------------------
     def _user_data(self) -> Any:
@@ -197,17 +213,16 @@ class Task(Generic[T]):
 
     def _submitted(self) -> "Task[T]":
         """Pin the memory maps the task uses: a closing MemoryMap first waits for (or flushes) it."""
-        for b in self._keep:
-            m = getattr(b, "_mmap", None)
-            if m is not None:
-                self._maps.append(m)
-                m._tasks[self._id] = self
+        maps = [m for m in (getattr(b, "_mmap", None) for b in self._keep) if m is not None]
+        for m in maps:
+            m._tasks[self._id] = self
+        self._maps = maps
         return self
 
     def _release_maps(self) -> None:
         for m in self._maps:
             m._tasks.pop(self._id, None)
-        self._maps = []
+        self._maps = _NO_MAPS
 
     def _detail(self) -> str:
         """Extra words for an error message (the buffer sizes involved), or ""."""
@@ -238,6 +253,23 @@ class Task(Generic[T]):
         for cb in self._done_callbacks:
             cb(self)
 
+    def _on_ok(self) -> None:
+        """Success recorded in C (single tasks of pydoca_rdma_submit_fast): the C task is freed already,
+        and such a task has no result to read."""
+        tid = self._id
+        for m in self._maps:
+            m._tasks.pop(tid, None)
+        self._maps = _NO_MAPS
+        self._keep = ()
+        self.status = _SUCCEEDED
+        self.completed_at = _monotonic()
+        if self._done_callbacks:
+            lib.pydoca_done_unwatch(tid)   # watched after C had recorded it already: forget the key
+            if self.ctx.pe._pollers:   # task-ring completions recorded before this one reach Python first
+                self.ctx.pe.run_pollers()
+            for cb in self._done_callbacks:
+                cb(self)
+
     # -- user side ----------------------------------------------------------
     @property
     def done(self) -> bool:
@@ -247,12 +279,16 @@ class Task(Generic[T]):
         """Call ``fn(task)`` on completion (inside progress), or now if done."""
         if self.done:
             fn(self)
+        elif self._done_callbacks is _NO_CALLBACKS:
+            self._done_callbacks = [fn]
+            if self._recorded:     # completes through the callback shim: fn runs inside DOCA's completion
+                lib.pydoca_done_watch(self._id)
         else:
             self._done_callbacks.append(fn)
 
     def wait(self, timeout: Optional[float] = 10.0) -> "Task[T]":
         """Progress until done; TimeoutError after ``timeout`` seconds."""
-        if self.status is TaskStatus.PENDING:
+        if self.status is _PENDING:
             pe = self.ctx.pe
             if not pe.progress() or self.status is TaskStatus.PENDING:   # one round first: often enough
                 pe.run_until(lambda: self.status is not TaskStatus.PENDING, 1e9 if timeout is None else timeout,

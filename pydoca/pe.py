@@ -31,6 +31,8 @@ from .resource import Resource
 
 log = get_logger()
 SPIN_US = 150
+_drain_done = callbacks.drain_done
+_pending_errors = callbacks.pending_errors
 
 
 class ProgressMode(str, enum.Enum):
@@ -90,11 +92,15 @@ class ProgressEngine(Resource):
     def progress(self) -> bool:
         """Deliver pending completions/events once; True if anything happened.
         Re-raises an exception that a callback raised during delivery."""
-        self._check_open()
+        if self._closed:
+            self._check_open()
         made = bool(lib.doca_pe_progress(self._pe))
-        if made and self._pollers:
-            self.run_pollers()
-        callbacks.take_error()
+        if made:
+            _drain_done()           # single-task successes recorded in C, before the pollers
+            if self._pollers:
+                self.run_pollers()
+        if _pending_errors:
+            callbacks.take_error()
         return made
 
     def run_pollers(self) -> None:

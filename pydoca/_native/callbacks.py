@@ -14,13 +14,15 @@ import itertools
 import weakref
 from typing import Any, Dict, List, Protocol
 
-from . import ffi
+from . import ffi, lib
 
 _ids = itertools.count(1)
 
 
 class TaskSink(Protocol):
     def _on_done(self, c_task: Any, success: bool) -> None: ...
+
+    def _on_ok(self) -> None: ...
 
 
 class CtxSink(Protocol):
@@ -49,9 +51,33 @@ def take_error() -> None:
         raise exc
 
 
+#: the key bit of a single task whose success C records (shim.c's PYDOCA_DONE_TAG)
+DONE_TAG = 1 << 61
+
+
+def drain_done() -> None:
+    """Deliver the single-task successes C recorded on this thread (pydoca_rdma_submit_fast), in order.
+    Called after every ``doca_pe_progress`` that made progress, and before any task callback."""
+    view = lib.pydoca_done_take()
+    n = view.n
+    if not n:
+        return
+    pop = tasks.pop
+    for key in ffi.unpack(view.ids, n):    # copied first: a callback below may progress (and record) again
+        sink = pop(key, None)
+        if sink is not None:
+            try:
+                sink._on_ok()
+            except BaseException as exc:  # noqa: BLE001 - re-raised by progress(); the others go on
+                pending_errors.append(exc)
+
+
 @ffi.def_extern()  # type: ignore[untyped-decorator]
 def _pydoca_task_done(c_task: Any, task_ud: int, success: int) -> None:
     try:
+        if task_ud & DONE_TAG:
+            task_ud &= ~DONE_TAG
+            drain_done()              # successes recorded before this completion reach Python first
         sink = tasks.pop(task_ud, None)
         if sink is not None:
             sink._on_done(c_task, bool(success))

@@ -26,6 +26,7 @@
 
 #define PYDOCA_BATCH_TAG (1ULL << 63)
 #define PYDOCA_RING_TAG (1ULL << 62)
+#define PYDOCA_DONE_TAG (1ULL << 61)
 
 static void _pydoca_task_done(struct doca_task *task, uint64_t task_ud, int success);
 static void _pydoca_ctx_state(uint64_t ctx_ud, struct doca_ctx *ctx, int prev, int next);
@@ -113,6 +114,94 @@ static int pydoca_ring_done(struct doca_task *task, uint64_t ud, int success)
 	return 1;
 }
 
+/*
+ * Single tasks (pydoca_rdma_submit_fast): a task whose user data carries
+ * PYDOCA_DONE_TAG and that succeeded is recorded here, in the completing
+ * thread's list (its Python key), and freed: no Python call per completion.
+ * The thread that progressed drains the list right after doca_pe_progress
+ * returns (pydoca_done_take), and before any Python callback runs on it (a
+ * failed task, or one that found the list full, still goes through
+ * _pydoca_task_done, which drains first), so Python sees completions in order.
+ * Per thread: a progress engine is progressed by the thread that calls
+ * doca_pe_progress, which runs the callbacks, so no lock is needed.
+ */
+#define PYDOCA_DONE_MAX 512
+static __thread uint64_t pydoca_done_ids[PYDOCA_DONE_MAX];
+static __thread uint32_t pydoca_done_n;
+
+/*
+ * Watched tasks: a task given a done callback while in flight (pydoca_done_watch)
+ * completes through _pydoca_task_done as any task, so its callbacks run inside
+ * DOCA's completion callback, the task still allocated (what a callback that
+ * stops its context sees). Few at a time (the requester's transfers): a small
+ * array under a mutex, looked at only while it holds any.
+ */
+static pthread_mutex_t pydoca_watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t *pydoca_watched;
+static uint32_t pydoca_nwatched, pydoca_capwatched;
+
+int pydoca_done_watch(uint64_t key)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&pydoca_watch_mu);
+	if (pydoca_nwatched == pydoca_capwatched) {
+		uint32_t cap = pydoca_capwatched ? 2 * pydoca_capwatched : 16;
+		uint64_t *tab = realloc(pydoca_watched, cap * sizeof(*tab));
+
+		if (!tab)
+			rc = -1;
+		else
+			pydoca_watched = tab, pydoca_capwatched = cap;
+	}
+	if (rc == 0) {
+		pydoca_watched[pydoca_nwatched] = key;
+		__atomic_store_n(&pydoca_nwatched, pydoca_nwatched + 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&pydoca_watch_mu);
+	return rc;
+}
+
+int pydoca_done_unwatch(uint64_t key)
+{
+	int found = 0;
+
+	if (!__atomic_load_n(&pydoca_nwatched, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_mutex_lock(&pydoca_watch_mu);
+	for (uint32_t i = 0; i < pydoca_nwatched; i++) {
+		if (pydoca_watched[i] == key) {
+			pydoca_watched[i] = pydoca_watched[pydoca_nwatched - 1];
+			__atomic_store_n(&pydoca_nwatched, pydoca_nwatched - 1, __ATOMIC_RELEASE);
+			found = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&pydoca_watch_mu);
+	return found;
+}
+
+static int pydoca_done_record(struct doca_task *task, uint64_t ud, int success)
+{
+	uint64_t key = ud & ~PYDOCA_DONE_TAG;
+
+	if (pydoca_done_unwatch(key) || !success || pydoca_done_n >= PYDOCA_DONE_MAX)
+		return 0;
+	pydoca_done_ids[pydoca_done_n++] = key;
+	doca_task_free(task);
+	return 1;
+}
+
+struct pydoca_done_view pydoca_done_take(void)
+{
+	struct pydoca_done_view v;
+
+	v.ids = pydoca_done_ids;
+	v.n = pydoca_done_n;
+	pydoca_done_n = 0;
+	return v;
+}
+
 /* A batch task completed: record it in its batch and free it; 0 when the task is not a batch task. */
 static int pydoca_batch_done(struct doca_task *task, uint64_t ud, int success)
 {
@@ -121,6 +210,8 @@ static int pydoca_batch_done(struct doca_task *task, uint64_t ud, int success)
 
 	if (ud & PYDOCA_RING_TAG)
 		return pydoca_ring_done(task, ud, success);
+	if (ud & PYDOCA_DONE_TAG)
+		return pydoca_done_record(task, ud, success);
 	if (!(ud & PYDOCA_BATCH_TAG))
 		return 0;
 	slot = (struct pydoca_batch_slot *)(uintptr_t)(ud & ~PYDOCA_BATCH_TAG);
@@ -235,6 +326,41 @@ doca_error_t pydoca_rdma_submit_one(struct doca_rdma *rdma, int kind, struct doc
 		return rc;
 	}
 	return doca_task_submit(*out);
+}
+
+/*
+ * A single task (write, send, write_imm, send_imm) whose success is recorded in
+ * C (pydoca_done_take), allocated and submitted in one call, with no out
+ * pointer: a task the runtime refused is kept for the calling thread, which
+ * reads why and frees it with pydoca_refused_take (*_task NULL when the
+ * allocation itself failed). Thread-safe: both are per thread.
+ */
+static __thread struct doca_task *pydoca_refused;
+
+doca_error_t pydoca_rdma_submit_fast(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
+				     struct doca_buf *a, struct doca_buf *b, uint32_t imm, uint64_t key)
+{
+	struct doca_task *task = NULL;
+	union doca_data data;
+	doca_error_t rc;
+
+	data.u64 = key | PYDOCA_DONE_TAG;
+	pydoca_refused = NULL;
+	rc = pydoca_batch_alloc(rdma, kind, conn, a, b, imm, data, &task);
+	if (rc != DOCA_SUCCESS)
+		return rc;
+	rc = doca_task_submit(task);
+	if (rc != DOCA_SUCCESS)
+		pydoca_refused = task;
+	return rc;
+}
+
+struct doca_task *pydoca_refused_take(void)
+{
+	struct doca_task *t = pydoca_refused;
+
+	pydoca_refused = NULL;
+	return t;
 }
 
 /*

@@ -12,6 +12,17 @@ doca_error_t pydoca_rdma_submit_one(struct doca_rdma *rdma, int kind, struct doc
 				    struct doca_buf *a, struct doca_buf *b, uint32_t imm, uint64_t ud,
 				    struct doca_task **out);
 
+/* A single task whose success is recorded in C for the completing thread (see shim.c), and the refused one. */
+doca_error_t pydoca_rdma_submit_fast(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
+				     struct doca_buf *a, struct doca_buf *b, uint32_t imm, uint64_t key);
+struct doca_task *pydoca_refused_take(void);
+/* The calling thread's recorded completions (their keys), taken: the list is empty afterwards. */
+struct pydoca_done_view pydoca_done_take(void);
+/* A recorded task that got a done callback in flight completes through _pydoca_task_done instead (0, or -1). */
+int pydoca_done_watch(uint64_t key);
+/* Forget a watched key (a task recorded before it was watched); 1 if it was there. */
+int pydoca_done_unwatch(uint64_t key);
+
 /* Task batches: see shim_types.h. */
 doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
 				      struct doca_buf **a, struct doca_buf **b, const uint32_t *imm,

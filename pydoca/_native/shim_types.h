@@ -1,4 +1,9 @@
 /* Types shared by shim.c and cffi (plain C, no preprocessor lines: cffi parses this file). */
+/* Single tasks: the keys of those that succeeded, recorded in C on the completing thread. */
+struct pydoca_done_view {
+	const uint64_t *ids;
+	uint32_t n;
+};
 /* Task batches: completions are counted in C, no Python call per task. */
 struct pydoca_batch {
 	uint32_t n;

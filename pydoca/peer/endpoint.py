@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Optional, Tuple
 
 import numpy as np
 
-from .spec import DEFAULT_QUEUE, Kind, check_path
+from .spec import DEFAULT_QUEUE, MAX_SLOTS, Kind, check_path
 
 if TYPE_CHECKING:
     from .responder import _Peer
@@ -55,7 +55,7 @@ class Endpoint:
 
     def __init__(self, ep_id: int, path: str, kind: Kind, size: int, handler: Optional[Handler], *,
                  queue: Optional[int] = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
-                 description: str = "", inline: bool = False, copy: bool = False) -> None:
+                 description: str = "", inline: bool = False, copy: bool = False, slots: int = 1) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency of {path} must be >= 1")
         if timeout is not None and timeout <= 0:
@@ -70,9 +70,20 @@ class Endpoint:
         if copy and self.kind is not Kind.WRITE:
             raise ValueError(f"{path}: copy=True is for write endpoints (a {self.kind.value} endpoint's handler "
                              "gets no view of the requester's slot)")
+        #: write endpoints: slots per requester, so that that many staged writes of one requester overlap
+        #: (each a region of the endpoint's size in every requester's private region)
+        self.slots = slots
+        if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS:
+            raise ValueError(f"{path}: slots must be an integer 1..{MAX_SLOTS}, got {slots!r}")
+        if slots > 1 and self.kind is not Kind.WRITE:
+            raise ValueError(f"{path}: slots > 1 is for write endpoints (a {self.kind.value} endpoint answers "
+                             "through its one slot)")
         if inline and handler is not None and inspect.iscoroutinefunction(handler):
             raise ValueError(f"{path}: an async def handler cannot be inline")
         self.wants_requester = handler is not None and _arity(handler) > (1 if self.kind is Kind.CALL else 2)
+        self.is_async = handler is not None and inspect.iscoroutinefunction(handler)
+        #: consecutive runs of its handler that were short (Responder: the serving thread then runs it itself)
+        self.short_runs = 0
         self.mem = np.zeros(size, dtype=np.uint8)
         self.running = 0                # concurrency permits held: handlers running, stuck ones included
         self.stuck = 0                  # handlers past their timeout that still hold a thread

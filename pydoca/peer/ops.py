@@ -18,10 +18,12 @@ class EndpointInfo:
 
 
 class Remote:
-    """An endpoint and the offset of this requester's slot in its private region (-1: no rights)."""
+    """An endpoint and the offset of this requester's slot in its private region (-1: no rights); a write
+    endpoint may offer ``slots`` of them, ``stride`` bytes apart (staged writes to it overlap)."""
 
-    def __init__(self, info: EndpointInfo, slot: int) -> None:
-        self.info, self.slot = info, slot
+    def __init__(self, info: EndpointInfo, slot: int, slots: int = 1) -> None:
+        self.info, self.slot, self.slots = info, slot, slots
+        self.stride = (info.size + 63) // 64 * 64
 
 
 class Op:
@@ -32,6 +34,7 @@ class Op:
         self.seq = 0
         self.kind, self.ep, self.offset, self.length, self.wait = kind, ep, offset, length, wait
         self.needs_slot = needs_slot          # uses the endpoint's slot: holds its credit until finished
+        self.slot_index = 0                   # which of the endpoint's slots (write endpoints may have several)
         self.source = source                  # write/call payload
         self.into: Any = None                 # read: caller's buffer
         self.value: Any = None

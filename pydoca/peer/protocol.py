@@ -14,11 +14,15 @@ responder returns credits for posted writes whose handlers ran in CREDIT
 frames (``count u32``, seq 0).
 
 Data messages (WRITE, READ, CALL, READY, RESULT) share one body layout,
-``ep u16 | pad u16 | offset u64 | length u64 | inline payload``. With
+``ep u16 | slot u16 | offset u64 | length u64 | inline payload``. With
 :data:`FLAG_IN_BUFFER` the payload is not inline: it lies in the requester's
 private region of the responder's memory, at the endpoint's slot + offset
 (the requester placed it there with an RDMA write before sending the frame,
-or the responder placed it there for the requester to RDMA-read).
+or the responder placed it there for the requester to RDMA-read). ``slot``
+names which of a write endpoint's slots a WRITE with FLAG_IN_BUFFER used
+(the hello's ``slots`` for that endpoint, default 1; it was a zero pad
+before, and is 0 in every other frame, so peers that predate it interoperate:
+a requester uses slot > 0 only where the hello offers it).
 """
 from __future__ import annotations
 
@@ -109,12 +113,14 @@ class Credit:
 
 @dataclass(frozen=True)
 class Data:
-    """WRITE, READ, CALL, READY and RESULT: endpoint, range and inline payload."""
+    """WRITE, READ, CALL, READY and RESULT: endpoint, range, inline payload, and the slot of a WRITE whose
+    data lies in the requester's region (0 otherwise)."""
 
     ep: int
     offset: int
     length: int
     payload: bytes = b""
+    slot: int = 0
 
 
 class Write(Data):
@@ -139,7 +145,7 @@ class Result(Data):
 
 Message = Union[Ident, Hello, Challenge, Auth, StatusMsg, Credit, Data]
 
-DATA = struct.Struct("<HxxQQ")
+DATA = struct.Struct("<HHQQ")
 INLINE_MAX = MAX_BODY - DATA.size              # largest inline payload of a data frame
 _IDENT = struct.Struct("<HH")
 _STATUS = struct.Struct("<H")
@@ -190,8 +196,8 @@ def _data(cls: Type[Data]) -> Callable[[bytes], Message]:
     def decode(body: bytes) -> Message:
         if len(body) < DATA.size:
             raise FrameError(f"{cls.__name__.upper()} body is {len(body)} bytes, expected at least {DATA.size}")
-        ep, off, length = DATA.unpack_from(body)
-        return cls(ep, off, length, bytes(body[DATA.size:]))
+        ep, slot, off, length = DATA.unpack_from(body)
+        return cls(ep, off, length, bytes(body[DATA.size:]), slot)
     return decode
 
 
@@ -220,7 +226,7 @@ _TYPES: Dict[Type[Any], MsgType] = {
 
 def _body(msg: Message) -> bytes:
     if isinstance(msg, Data):                 # the common case first
-        return DATA.pack(msg.ep, msg.offset, msg.length) + msg.payload
+        return DATA.pack(msg.ep, msg.slot, msg.offset, msg.length) + msg.payload
     if isinstance(msg, Ident):
         name, key = msg.name.encode("utf-8")[:MAX_NAME], msg.key_id.encode("utf-8")[:MAX_NAME]
         if len(msg.nonce) != NONCE:
@@ -236,7 +242,7 @@ def _body(msg: Message) -> bytes:
         return _STATUS.pack(int(msg.code)) + msg.message.encode("utf-8")[:MAX_BODY - _STATUS.size]
     if isinstance(msg, Credit):
         return _CREDIT.pack(msg.count)
-    return DATA.pack(msg.ep, msg.offset, msg.length) + msg.payload
+    return DATA.pack(msg.ep, msg.slot, msg.offset, msg.length) + msg.payload
 
 
 def encode(msg: Message, seq: int, flags: int = 0) -> bytes:
@@ -273,6 +279,8 @@ def decode(data: bytes) -> Frame:
 
 def _check_data(kind: MsgType, flags: int, msg: Data) -> None:
     in_buffer = bool(flags & FLAG_IN_BUFFER)
+    if msg.slot and (kind is not MsgType.WRITE or not in_buffer):
+        raise FrameError(f"{kind.name} names slot {msg.slot}: only a WRITE with FLAG_IN_BUFFER names one")
     if flags & FLAG_POSTED and (kind is not MsgType.WRITE or in_buffer):
         raise FrameError(f"FLAG_POSTED is for inline WRITEs, not {kind.name}{' in buffer' if in_buffer else ''}")
     if kind is MsgType.READ:
@@ -313,7 +321,8 @@ def parse_hello(blob: bytes) -> Dict[str, Any]:
     for ep in eps:
         if not (isinstance(ep, dict) and _is_int(ep.get("id")) and isinstance(ep.get("path"), str)
                 and ep.get("kind") in ("write", "read", "call") and _is_int(ep.get("size"))
-                and isinstance(ep.get("rights"), str) and _is_int(ep.get("slot", -1))):
+                and isinstance(ep.get("rights"), str) and _is_int(ep.get("slot", -1))
+                and _is_int(ep.get("slots", 1)) and 1 <= ep.get("slots", 1) <= 0xFFFF):
             raise FrameError(f"malformed endpoint entry in hello: {ep!r}"[:200])
     return doc
 

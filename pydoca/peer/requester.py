@@ -19,7 +19,7 @@ import hmac
 import os
 import secrets
 import socket
-from typing import Any, Deque, Dict, List, Optional, Set, Union, overload
+from typing import Any, Deque, Dict, List, Optional, Set, Tuple, Union, overload
 
 import numpy as np
 
@@ -92,7 +92,7 @@ class Requester:
         self._remotes: Dict[str, Remote] = {}
         self._queue: Deque[Op] = collections.deque()
         self._active: Dict[int, Op] = {}
-        self._credit: Dict[int, Op] = {}          # endpoint id -> the op holding its slot
+        self._credit: Dict[Tuple[int, int], Op] = {}   # (endpoint id, slot index) -> the op holding that slot
         self._posted = Posted(window)              # posted writes delivered, not yet retired
         self._seq = 0
         self._nonce = secrets.token_bytes(P.NONCE)
@@ -223,7 +223,8 @@ class Requester:
             self._resources.append(self.region)
         for e in doc["endpoints"]:
             info = EndpointInfo(e["id"], e["path"], e["kind"], e["size"], e["rights"])
-            self._remotes[info.path] = Remote(info, e["slot"])
+            # several slots: only for write endpoints (a responder that predates them offers one)
+            self._remotes[info.path] = Remote(info, e["slot"], e.get("slots", 1) if info.kind == "write" else 1)
         log.debug("connected to responder", address=self.address, identity=self.identity,
                   endpoints=len(self._remotes))
 
@@ -432,18 +433,28 @@ class Requester:
             if len(self._active) >= self.window:
                 return
             eid = op.ep.info.id
-            if eid in blocked or (op.needs_slot and eid in self._credit) or (op.posted and self._posted.full):
+            slot = self._free_slot(op) if op.needs_slot else 0
+            if eid in blocked or slot < 0 or (op.posted and self._posted.full):
                 blocked.add(eid)                      # later ops of this endpoint keep their order
                 continue
             self._queue.remove(op)
             self._active[op.seq] = op
             if op.needs_slot:
-                self._credit[eid] = op
+                op.slot_index = slot
+                self._credit[(eid, slot)] = op
             try:
                 self._launch(op)
             except Exception as exc:  # noqa: BLE001 - this op fails, the others go on
                 self._answer(op, error=exc if isinstance(exc, PeerError) else PeerError(f"{type(exc).__name__}: "
                                                                                        f"{exc}"))
+
+    def _free_slot(self, op: Op) -> int:
+        """A slot of the op's endpoint that no operation holds, or -1."""
+        eid = op.ep.info.id
+        for j in range(op.ep.slots):
+            if (eid, j) not in self._credit:
+                return j
+        return -1
 
     def _start_write(self, path: str, data: Any, offset: int, wait: bool, posted: bool = False) -> Op:
         ep = self._remote(path, "write")
@@ -504,11 +515,13 @@ class Requester:
             self._send(op, make(ep.id, op.offset, op.length, op.source.tobytes()), flags)
             return
         src = self._local_source(op)
-        dst = self.inventory.buffer(self._region(), offset=op.ep.slot + op.offset, length=op.length, empty=True)
+        j = op.slot_index                             # a write endpoint may have several slots (calls: one)
+        dst = self.inventory.buffer(self._region(), offset=op.ep.slot + j * op.ep.stride + op.offset,
+                                    length=op.length, empty=True)
         op.own.append(dst)
         self._track(op, self.rdma.write(self._conn(), src, dst))
         # RC ordering: the frame is delivered only after the write's data is placed
-        self._send(op, make(ep.id, op.offset, op.length), flags | P.FLAG_IN_BUFFER)
+        self._send(op, make(ep.id, op.offset, op.length, b"", j), flags | P.FLAG_IN_BUFFER)
 
     def _conn(self) -> Connection:
         if self.conn is None:
@@ -584,8 +597,9 @@ class Requester:
             return
         self._release_local(op)
         self._active.pop(op.seq, None)
-        if self._credit.get(op.ep.info.id) is op:
-            del self._credit[op.ep.info.id]
+        key = (op.ep.info.id, op.slot_index)
+        if self._credit.get(key) is op:
+            del self._credit[key]
         self._pump()
 
     def _release_local(self, op: Op) -> None:

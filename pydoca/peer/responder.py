@@ -48,7 +48,20 @@ log = get_logger()
 
 REGION_ACCESS = Access.LOCAL_READ_WRITE | Access.RDMA_READ | Access.RDMA_WRITE
 MAINTAIN_S = 0.02          # how often a busy serving loop checks deadlines (handler timeouts, IDENT, kills)
+# Pool handlers known to be short run on the serving thread itself (no hand-off to a worker and back):
+SHORT_S = 0.0005           # a run of a handler under this is short
+PROVEN = 16                # after this many short runs in a row (on the pool or here), and until a long one
+STALL_S = 0.005            # a handler on the serving thread this long: another thread serves until it returns
+
+
+class _ServingEnded(BaseException):
+    """The responder closed while its serving thread ran a handler: serve_forever returns."""
 _WANT = {P.MsgType.WRITE: Kind.WRITE, P.MsgType.READ: Kind.READ, P.MsgType.CALL: Kind.CALL}
+
+
+def _stride(size: int) -> int:
+    """Bytes between consecutive slots of an endpoint in a requester's region (64-byte aligned)."""
+    return (size + 63) // 64 * 64
 
 
 class _Peer:
@@ -65,13 +78,14 @@ class _Peer:
         self.kill_at: Optional[float] = None
         self.region: Optional[np.ndarray] = None
         self.rmap: Optional[MemoryMap] = None
-        self.slots: Dict[int, int] = {}
+        self.slots: Dict[int, int] = {}    # endpoint id -> offset of its first slot in the region
         self.posted_open = 0               # posted writes admitted, handler not finished
         self.credit_due = 0                # posted writes finished, not yet credited
 
-    def slot_view(self, ep: Endpoint, offset: int, length: int) -> memoryview:
+    def slot_view(self, ep: Endpoint, offset: int, length: int, index: int = 0) -> memoryview:
+        """``length`` bytes at ``offset`` of slot ``index`` of ``ep`` (write endpoints may have several)."""
         assert self.region is not None
-        start = self.slots[ep.id] + offset
+        start = self.slots[ep.id] + index * _stride(ep.size) + offset
         return self.region.data[start:start + length]
 
     def __str__(self) -> str:
@@ -108,6 +122,20 @@ class Responder:
         self.call_timeout, self.progress_mode = call_timeout, progress_mode
         self.pool = HandlerPool(workers, name="pydoca-handler")
         self._serving: Optional[threading.Thread] = None       # the thread in serve_forever
+        #: serve_forever runs pool handlers known to be short (``PROVEN`` runs under ``SHORT_S``) on the serving
+        #: thread itself, and a watch thread serves in its place while one of them runs longer (``STALL_S``);
+        #: False (or PYDOCA_HANDLERS_HERE=0): every pool handler goes to the pool
+        self.handlers_here = os.environ.get("PYDOCA_HANDLERS_HERE", "1") != "0"
+        self._here_ok = False               # serve_forever with handlers_here, on a runtime that can kick
+        self._baton = threading.Lock()      # held by whichever thread serves: one at a time
+        self._here_job: Optional[Job] = None
+        self._here_since = 0.0
+        self._here_last = 0.0
+        self._watch: Optional[threading.Thread] = None
+        self._watch_evt = threading.Event()
+        self._watch_parked = False
+        self._watch_stop = False
+        self.stand_ins = 0                  # times the watch thread served for a handler stuck on the serving one
         self.instance = secrets.token_hex(16)
         self.endpoints: List[Endpoint] = []
         self._by_path: Dict[str, Endpoint] = {}
@@ -128,12 +156,15 @@ class Responder:
     # -- definition ---------------------------------------------------------
     def add_endpoint(self, path: str, kind: Union[Kind, str], size: int, handler: Optional[Handler] = None, *,
                      queue: Optional[int] = DEFAULT_QUEUE, concurrency: int = 1, timeout: Optional[float] = None,
-                     description: str = "", inline: bool = False, copy: bool = False) -> Endpoint:
+                     description: str = "", inline: bool = False, copy: bool = False, slots: int = 1) -> Endpoint:
         """Define an endpoint (before ``start()``); ``timeout`` overrides ``call_timeout`` for its handler;
         ``inline=True`` runs the handler on the serving thread (saves the hand-off to the pool, ~15-35 us
         on softdoca on two vCPUs; only for handlers that return at once: a slow one stalls every requester,
         no timeout); ``copy=True`` gives a write handler a private copy of the data instead of a live view
-        of the requester's slot (for handlers that validate before use)."""
+        of the requester's slot (for handlers that validate before use); ``slots`` (write endpoints): slots of
+        the endpoint's size in each requester's region, so that that many staged writes (over the inline size)
+        of one requester to this endpoint overlap instead of going one at a time (their handlers still run
+        ``concurrency`` at a time, in order of arrival); memory: ``slots`` x size per requester."""
         if self._started:
             raise RuntimeError("add endpoints before start()")
         if path in self._by_path:
@@ -146,7 +177,7 @@ class Responder:
             raise ValueError("at most 65535 endpoints")
         ep = Endpoint(len(self.endpoints), path, Kind(kind), size, handler, queue=queue, concurrency=concurrency,
                       timeout=timeout if timeout is not None else self.call_timeout, description=description,
-                      inline=inline, copy=copy)
+                      inline=inline, copy=copy, slots=slots)
         self.endpoints.append(ep)
         self._by_path[path] = ep
         return ep
@@ -179,12 +210,13 @@ class Responder:
         for e in spec.endpoints:
             fn = resolve_handler(e.handler, spec.base_dir) if e.handler else None
             resp.add_endpoint(e.path, e.kind, e.size, fn, queue=e.queue, concurrency=e.concurrency,
-                              timeout=e.timeout, description=e.description, inline=e.inline, copy=e.copy)
+                              timeout=e.timeout, description=e.description, inline=e.inline, copy=e.copy,
+                              slots=e.slots)
         return resp
 
     def specs(self) -> List[EndpointSpec]:
         return [EndpointSpec(e.path, e.kind, e.size, None, e.queue, e.description, e.concurrency, e.timeout,
-                             e.inline, e.copy) for e in self.endpoints]
+                             e.inline, e.copy, e.slots) for e in self.endpoints]
 
     # -- lifecycle ------------------------------------------------------------
     def _open_device(self) -> Device:
@@ -260,13 +292,93 @@ class Responder:
         self._stopping = False
         self._serving = threading.current_thread()
         self.pool.defer = True      # a pass's handlers start as the next pass goes into its wait (_wait)
+        self._baton.acquire()
+        if self.handlers_here and self.pe.can_kick and self.pe.mode.value == "blocking":
+            self._watch_stop, self._here_ok = False, True
+            watch = threading.Thread(target=self._watch_loop, name="pydoca-serve-watch", daemon=True)
+            watch.start()
+            self._watch = watch             # started first: close() from another thread may join it
         try:
             while not self._stopping and not self._closed and not (until is not None and until()):
                 self.run_once(poll)
+        except _ServingEnded:
+            pass
         finally:
+            self._here_ok = False
+            self._stop_watch()
+            self._baton.release()
             self._serving = None
             self.pool.defer = False
             self.pool.signal()      # what the last pass submitted starts now
+
+    # -- short handlers on the serving thread ---------------------------------------
+    def _run_here(self, job: Job) -> None:
+        """Run a short handler's job on the serving thread: the baton is let go meanwhile, so that the watch
+        thread can serve in its place if it runs long; taken back (from the stand-in, kicked out of its
+        wait) before the result is handled, like a finished pool job's."""
+        self._here_since = time.monotonic()
+        self._here_job = job
+        if self._watch_parked:
+            self._watch_evt.set()
+        self._baton.release()
+        try:
+            self.pool.run_here(job)
+        finally:
+            self._here_job = None
+            self._here_last = time.monotonic()
+            if not self._baton.acquire(blocking=False):
+                self.pe.kick()              # a stand-in serves: it gives the baton back after its pass
+                self._baton.acquire()
+        if self._closed:
+            raise _ServingEnded()
+        self._on_job(job)
+
+    def _watch_loop(self) -> None:
+        """Watch the handlers run on the serving thread; serve in its place while one runs past STALL_S."""
+        while not self._watch_stop:
+            job = self._here_job
+            if job is None:
+                if time.monotonic() - self._here_last > 0.2:      # idle, or no handler here lately: park
+                    self._watch_parked = True
+                    if self._here_job is None and not self._watch_stop:
+                        self._watch_evt.wait(1.0)
+                    self._watch_evt.clear()
+                    self._watch_parked = False
+                else:
+                    time.sleep(STALL_S)
+                continue
+            left = self._here_since + STALL_S - time.monotonic()
+            if left > 0:
+                time.sleep(left)
+                continue
+            if self._here_job is not job or not self._baton.acquire(blocking=False):
+                continue
+            try:
+                if self._here_job is job:
+                    self._stand_in(job)
+            finally:
+                self._baton.release()
+
+    def _stand_in(self, job: Job) -> None:
+        req = job.context
+        if isinstance(req, Request):
+            req.ep.short_runs = 0               # it goes to the pool again until it proves short again
+        self.stand_ins += 1
+        log.info("a handler runs long on the serving thread: another thread serves until it returns",
+                 endpoint=req.ep.path if isinstance(req, Request) else "?",
+                 after_ms=round(1000 * (time.monotonic() - self._here_since), 1))
+        while self._here_job is job and not self._stopping and not self._closed:
+            try:
+                self.run_once(0.05)              # the serving thread kicks the engine when its handler returns
+            except Exception as exc:  # noqa: BLE001 - keep serving
+                self._failed("stand-in", exc)
+
+    def _stop_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        self._watch_stop = True
+        self._watch_evt.set()
+        if watch is not None and watch is not threading.current_thread() and watch.ident is not None:
+            watch.join(5.0)
 
     def run_once(self, timeout: float = 0.1) -> int:
         """Wait up to ``timeout`` for events and finished handlers, handle them; returns how many."""
@@ -350,7 +462,9 @@ class Responder:
             pe: Optional[ProgressEngine] = getattr(self, "pe", None)
             if pe is not None and pe.can_kick and not pe.closed:
                 pe.kick()
-            serving.join(5.0)
+            self._stop_watch()                  # a stand-in leaves its pass first
+            # a thread stuck in a handler (one that ran short until now) leaves once it returns
+            serving.join(5.0 if self._here_job is None else 0.2)
             if serving.is_alive():
                 log.warning("closing while serve_forever still runs (a handler on the serving thread?)",
                             thread=serving.name)
@@ -612,11 +726,14 @@ class Responder:
         entries, total = [], 0
         for e in self.endpoints:
             allowed = cred.allows(e.path, e.kind.value)
-            entries.append({"id": e.id, "path": e.path, "kind": e.kind.value, "size": e.size,
-                            "rights": e.kind.value[0] if allowed else "", "slot": total if allowed else -1})
+            entry = {"id": e.id, "path": e.path, "kind": e.kind.value, "size": e.size,
+                     "rights": e.kind.value[0] if allowed else "", "slot": total if allowed else -1}
+            if e.slots > 1:
+                entry["slots"] = e.slots      # slot i at slot + i x size rounded up to 64 bytes
+            entries.append(entry)
             if allowed:
                 peer.slots[e.id] = total
-                total += (e.size + 63) // 64 * 64
+                total += _stride(e.size) * e.slots
         region = ""
         if total:
             peer.region = np.zeros(total, dtype=np.uint8)
@@ -655,10 +772,14 @@ class Responder:
                          f"{msg.length} bytes at offset {msg.offset} do not fit {ep.path} ({ep.size} bytes)",
                          flags=pf)
             return
+        if msg.slot >= ep.slots:
+            self._status(peer, seq, P.Status.PROTOCOL_ERROR, f"{ep.path} has {ep.slots} slot(s) per requester, "
+                         f"not slot {msg.slot}", flags=pf)
+            return
         data: Any
         in_slot = False
         if want is Kind.WRITE:
-            data = peer.slot_view(ep, msg.offset, msg.length) if in_buffer else memoryview(msg.payload)
+            data = peer.slot_view(ep, msg.offset, msg.length, msg.slot) if in_buffer else memoryview(msg.payload)
             if ep.copy and in_buffer:
                 data = memoryview(bytearray(data))
         elif want is Kind.CALL:
@@ -703,10 +824,16 @@ class Responder:
             req.job.done = True
             self._on_job(req.job)
             return
+        if self._here_ok and ep.short_runs >= PROVEN and not ep.is_async and \
+                threading.current_thread() is self._serving:
+            self._run_here(req.job)
+            return
         self.pool.submit(req.job)
 
     def _on_job(self, job: Job) -> None:
         req: Request = job.context
+        if job.ran_s is not None and not req.ep.inline:   # how long its handler ran decides where it runs next
+            req.ep.short_runs = req.ep.short_runs + 1 if job.ran_s < SHORT_S and not job.timed_out else 0
         if job.timed_out:
             log.info("timed-out handler finished late; result dropped", endpoint=req.ep.path)
             if req.stuck:                         # its permit is free only now

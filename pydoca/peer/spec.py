@@ -16,6 +16,7 @@ Format (``version: 1``)::
         timeout: 30               # optional: seconds a handler may run (default: the responder's call_timeout)
         inline: false             # optional: run the handler on the serving thread (never-blocking handlers only)
         copy: false               # optional, write endpoints: the handler gets a private copy of the data
+        slots: 1                  # optional, write endpoints: staged writes of one requester that overlap
         description: text         # optional
 
 Handler modules are imported with the spec file's directory on ``sys.path``.
@@ -41,6 +42,8 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30}
 MAX_BUFFER = 1 << 40
+#: most slots a write endpoint may give each requester (``slots``)
+MAX_SLOTS = 64
 
 
 class SpecError(ValueError):
@@ -67,6 +70,7 @@ class EndpointSpec:
     timeout: Optional[float] = None
     inline: bool = False
     copy: bool = False
+    slots: int = 1
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ def _endpoint(i: int, raw: Any) -> EndpointSpec:
     if not isinstance(raw, dict):
         raise SpecError(f"{where}: expected a mapping")
     unknown = set(raw) - {"path", "type", "kind", "buffer", "size", "handler", "queue", "description",
-                          "concurrency", "timeout", "inline", "copy"}
+                          "concurrency", "timeout", "inline", "copy", "slots"}
     if unknown:
         raise SpecError(f"{where}: unknown keys {sorted(unknown)}")
     path = check_path(raw.get("path"))
@@ -148,9 +152,14 @@ def _endpoint(i: int, raw: Any) -> EndpointSpec:
     copy = raw.get("copy", False)
     if not isinstance(copy, bool) or (copy and kind is not Kind.WRITE):
         raise SpecError(f"{where} ({path}): copy must be true or false, and only write endpoints take it")
+    slots = raw.get("slots", 1)
+    if not isinstance(slots, int) or isinstance(slots, bool) or not 1 <= slots <= MAX_SLOTS or \
+            (slots > 1 and kind is not Kind.WRITE):
+        raise SpecError(f"{where} ({path}): slots must be an integer 1..{MAX_SLOTS}, and only write endpoints "
+                        "take more than 1")
     desc = raw.get("description", "")
     return EndpointSpec(path, kind, parse_size(size_raw), handler, queue, str(desc), concurrency,
-                        None if timeout is None else float(timeout), inline, copy)
+                        None if timeout is None else float(timeout), inline, copy, slots)
 
 
 def parse_spec(doc: Any, *, base_dir: Optional[str] = None) -> ServiceSpec:

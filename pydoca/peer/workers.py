@@ -44,7 +44,7 @@ class Job:
     QUEUED, RUNNING, DONE, ABANDONED = "queued", "running", "done", "abandoned"
 
     __slots__ = ("fn", "args", "context", "deadline", "value", "error", "done", "timed_out", "started", "future",
-                 "state", "replaced")
+                 "state", "replaced", "here", "ran_s")
 
     def __init__(self, fn: Callable[..., Any], args: Tuple[Any, ...], context: Any, timeout: Optional[float]) -> None:
         self.fn, self.args, self.context = fn, args, context
@@ -57,12 +57,16 @@ class Job:
         self.future: Any = None
         self.state = Job.QUEUED
         self.replaced = False       # its stuck thread got a replacement (the pool's own accounting)
+        self.here = False           # run by the serving thread itself (HandlerPool.run_here), not a worker
+        self.ran_s: Optional[float] = None   # how long the handler ran (a synchronous one, once it returned)
 
     def run(self) -> None:
+        t0 = time.perf_counter()
         try:
             self.value = self.fn(*self.args)
         except BaseException as exc:  # noqa: BLE001 - handed to the serving thread
             self.error = exc
+        self.ran_s = time.perf_counter() - t0
 
 
 class HandlerPool:
@@ -150,6 +154,20 @@ class HandlerPool:
         timeout_ms = min(max(0, timeout_ms), 0x7FFFFFFF)
         return int(lib.pydoca_handoff_post_wait(self._h, self._take_unsignaled(), self._wait_fn, engine._addr,
                                                 timeout_ms, spin_us))
+
+    def run_here(self, job: Job) -> None:
+        """Run a queued job on the calling thread (the serving thread, for a handler known to be short): the
+        same states as on a worker, so :meth:`abandon` treats it alike, except that no replacement thread is
+        started for it (the responder's stand-in serves while it is stuck). ``done`` is set; the caller
+        handles the result itself (it does not come back through :meth:`take`)."""
+        with self._lock:
+            if job.state != Job.QUEUED:
+                return
+            job.state, job.here = Job.RUNNING, True
+        job.run()
+        with self._lock:
+            job.state = Job.DONE
+        job.done = True
 
     def submit(self, job: Job) -> None:
         if self._closed:
@@ -264,7 +282,7 @@ class HandlerPool:
                 job.args, job.context = (), None          # its request's buffers are not held any longer
             elif state == Job.RUNNING:
                 job.timed_out = True
-                if job.future is None and self._limit < self.max_workers:
+                if job.future is None and not job.here and self._limit < self.max_workers:
                     self._limit += 1
                     job.replaced = True
                     if self._idle < 0 and len(self._threads) < self._limit:   # jobs wait for a thread now

@@ -116,7 +116,7 @@ endpoints:
   - {path: /call, type: call, buffer: {size: 4KiB}, handler: "bench_handlers:echo"}
   - {path: /icall, type: call, buffer: {size: 4KiB}, handler: "bench_handlers:echo", inline: true}
   - {path: /small, type: write, buffer: {size: 4KiB}, handler: "bench_handlers:sink"}
-  - {path: /bulk, type: write, buffer: {size: 4MiB}, handler: "bench_handlers:sink"}
+  - {path: /bulk, type: write, buffer: {size: 4MiB}, handler: "bench_handlers:sink", slots: 4}
 """
 PEER_HANDLERS = "def echo(payload):\n    return payload\n\n\ndef sink(view, length):\n    pass\n"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import functools
 import json
 import os
 import subprocess
@@ -176,6 +177,10 @@ class Session:
         self.remote = [s.enter_context(inv.buffer(remote, offset=at(i), length=size,
                                                   empty=self.op in ("write", "write_imm"))) for i in range(slots)]
         self.submit = self._submitter()
+        # per slot, a call with no argument: a bound method for writes (no frame of the bench's own per write)
+        self._calls: List[Callable[[], Any]] = [
+            functools.partial(self.rdma.write, self.conns[i % len(self.conns)], self.local[i], self.remote[i])
+            if self.op == "write" else functools.partial(self.submit, i) for i in range(slots)]
 
     def _submitter(self) -> Callable[[int], Any]:
         r, loc, rem, op = self.rdma, self.local, self.remote, self.op
@@ -210,26 +215,34 @@ class Session:
         return out
 
     def windowed(self, iterations: int) -> Tuple[float, float]:
-        """(elapsed seconds, submitting thread's CPU seconds) for ``iterations`` with ``slots`` in flight."""
-        inflight: Deque[Tuple[int, float, Any]] = collections.deque()
-        free = list(range(self.slots))
-        submit, done, submitted, clock = self.submit, 0, 0, time.monotonic
+        """(elapsed seconds, submitting thread's CPU seconds) for ``iterations`` with ``slots`` in flight,
+        completed in submission order; ``latencies``: each operation's submit-to-completion time."""
+        n = self.slots
+        order: Deque[int] = collections.deque()
+        tasks: List[Any] = [None] * n
+        starts = [0.0] * n
+        free = list(range(n))
+        calls, clock, submitted = self._calls, time.monotonic, 0
         lat: List[float] = []
+        add = lat.append
         t0, c0 = time.perf_counter(), time.thread_time()
-        while done < iterations:
+        for _ in range(iterations):
             while free and submitted < iterations:
                 i = free.pop()
-                inflight.append((i, clock(), submit(i)))
+                starts[i] = clock()
+                tasks[i] = calls[i]()
+                order.append(i)
                 submitted += 1
-            i, start, task = inflight.popleft()
+            i = order.popleft()
+            task = tasks[i]
             if not task.done:
                 task.wait(10)
             if task.error is not None:
                 raise BenchError(f"{self.op} failed: {task.error}")
-            lat.append(task.completed_at - start)
+            add(task.completed_at - starts[i])
             free.append(i)
-            done += 1
         elapsed, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        tasks.clear()
         self.latencies = lat
         return elapsed, cpu
 

@@ -71,13 +71,17 @@ def serve(setup: Dict[str, Any]) -> None:
                 post(i)
         _reply({"ok": True})
         while True:
-            ready, _, _ = select.select([sys.stdin], [], [], 0)
+            # one-sided operations are served by softdoca's engine thread (as a NIC serves them, with no
+            # call of the target's): this thread then only waits for the initiator's word, and no Python
+            # runs per operation; two-sided ones need the receives' completions, so this thread progresses
+            ready, _, _ = select.select([sys.stdin], [], [], 0 if recvs else 0.5)
             if ready:
                 line = sys.stdin.readline()
                 if not line or json.loads(line).get("op") == "exit":
                     break
-            pe.wait(0.05)
-            del recvs[:-slots]
+            if recvs:
+                pe.wait(0.05)
+                del recvs[:-slots]
         for _, c in exported:
             c.disconnect()
 

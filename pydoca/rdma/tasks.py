@@ -91,6 +91,8 @@ def _sizes(src: Optional["Buffer"], dst: Optional["Buffer"], src_name: str, dst_
 class SendTask(Task[None]):
     """send / send_imm: completes when the peer consumed it into a receive."""
 
+    __slots__ = ()
+
     def _detail(self) -> str:
         src = self._keep[0] if self._keep else None
         text = _sizes(src, None, "message", "")
@@ -99,6 +101,8 @@ class SendTask(Task[None]):
 
 class WriteTask(Task[None]):
     """write / write_imm: completes when the bytes are in the peer's memory."""
+
+    __slots__ = ()
 
     def _detail(self) -> str:
         if len(self._keep) < 2:
