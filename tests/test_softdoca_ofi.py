@@ -38,6 +38,15 @@ OFI_KNOWN = KNOWN[:3]
 FABRICS = {"tcp": "", "shm": "not netns and not slices_spread_over_devices"}
 if SANITIZED:
     FABRICS = {"tcp": ""}
+# Known gap of libfabric's shm under one long-lived process (docs/providers.md): once a peer of the process died
+# or refused an operation, later connections of that process can fail (the shared RDM endpoint's address vector
+# keeps the dead peer). So under shm each suite runs in its own process, and the transfer engine's tests that
+# restart a peer or reuse one engine across peers are left out
+SHM_KNOWN = [
+    "tests/test_transfer.py::test_peer_restart_mid_batch",
+    "tests/test_transfer.py::test_etcd_publish_lookup_and_lease",
+    "tests/test_transfer.py::test_small_transfers_use_the_staging_pool",
+]
 
 
 def ofi(fabric: str) -> Dict[str, str]:
@@ -46,7 +55,11 @@ def ofi(fabric: str) -> Dict[str, str]:
 
 @pytest.mark.parametrize("fabric", sorted(FABRICS))
 def test_the_cross_process_suites_pass_under_ofi(fabric: str) -> None:
-    _suite(SUITES, OFI_KNOWN, ofi(fabric), FABRICS[fabric])
+    if fabric == "shm":
+        for suite in SUITES:
+            _suite([suite], OFI_KNOWN + SHM_KNOWN, ofi(fabric), FABRICS[fabric])
+    else:
+        _suite(SUITES, OFI_KNOWN, ofi(fabric), FABRICS[fabric])
 
 
 def test_between_two_namespaces_under_ofi_over_tcp() -> None:
