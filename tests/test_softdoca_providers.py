@@ -35,3 +35,20 @@ def test_ucx_provider(tls):
     if tls == "posix,cma":
         # the endpoint came up over shared memory, not a silent tcp fallback
         assert "transport posix,cma" in out or "transport cma,posix" in out, out[:600]
+
+
+def _have_ofi() -> bool:
+    return os.path.exists("/usr/include/rdma/fabric.h") and any(
+        Path(d, "libfabric.so.1").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                                                     "/usr/lib", "/usr/local/lib"))
+
+
+@pytest.mark.skipif(not _have_ofi(), reason="libfabric not installed (Debian: libfabric-dev + libfabric1)")
+def test_ofi_provider() -> None:
+    """The ofi provider's negotiation unit test (verbs-like, efa-like shapes) and its two-process test under
+    FI_PROVIDER=tcp and shm, each also with the emulated paths forced (SOFTDOCA_OFI_EMULATE)."""
+    r = subprocess.run(["make", "-s", "-C", str(SOFTDOCA), "check-providers-ofi"], capture_output=True, text=True,
+                       timeout=900)
+    out = r.stdout + r.stderr
+    assert "SKIP" not in out, out
+    assert r.returncode == 0, out[-6000:]
