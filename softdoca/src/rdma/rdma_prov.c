@@ -803,10 +803,23 @@ static int prov_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 	if (refused(t, c, r->mmap, raddr))
 		return 1;
 	n = t->iovn < (int)SD_RDMA_MAX_BUF_LIST ? t->iovn : (int)SD_RDMA_MAX_BUF_LIST;
-	for (int i = 0; i < n; i++) {
-		iov[i].addr = t->iov[i].iov_base;
-		iov[i].len = t->iov[i].iov_len;
-		iov[i].mr = NULL;
+	{
+		/* the local buffers' registration with the provider (every started map has
+		 * one), so the library need not register or bounce them per operation */
+		const struct doca_buf *lb = t->type == SD_T_READ ? t->dst : t->src;
+		const struct doca_mmap *lm = lb ? lb->mmap : NULL;
+		uintptr_t lo = lm ? (uintptr_t)lm->addr : 0, hi = lm ? lo + lm->len : 0;
+
+		for (int i = 0; i < n; i++) {
+			uintptr_t a = (uintptr_t)t->iov[i].iov_base;
+
+			iov[i].addr = t->iov[i].iov_base;
+			iov[i].len = t->iov[i].iov_len;
+			iov[i].mr = lm && lm->prov_mr && !lm->remote && a >= lo && a <= hi &&
+						    t->iov[i].iov_len <= hi - a
+					    ? lm->prov_mr
+					    : NULL;
+		}
 	}
 	k = tok_new(c, t);
 	if (!k) {
