@@ -819,10 +819,16 @@ static void bench(int sock, struct sd_prov_conn *c, struct sd_prov_rkey *rk, uin
 	double lat[ROUNDS], bw[ROUNDS];
 	uint8_t *src = malloc(1u << 20);
 	char tr[64];
+	struct sd_prov_mr *mr = NULL;
+	void *blob = NULL;
+	size_t blen = 0;
 
 	memset(src, 1, 1u << 20);
+	/* the source registered, as ucx_perftest's buffers are (and as softdoca's maps are) */
+	EXPECT_OK(P->reg_mem(S.p, src, 1u << 20, DOCA_ACCESS_FLAG_LOCAL_READ_WRITE, &mr, &blob, &blen), "reg_mem src");
+	free(blob);
 	for (int r = 0; r < ROUNDS; r++) {
-		struct sd_prov_iov iv = { src, 8, NULL };
+		struct sd_prov_iov iv = { src, 8, mr };
 		double t0;
 
 		for (int i = -500; i < LAT_N; i++) {
@@ -838,7 +844,7 @@ static void bench(int sock, struct sd_prov_conn *c, struct sd_prov_rkey *rk, uin
 	}
 	for (int r = 0; r < ROUNDS; r++) {
 		struct op o[WIN];
-		struct sd_prov_iov iv = { src, 1u << 20, NULL };
+		struct sd_prov_iov iv = { src, 1u << 20, mr };
 		int issued = 0, completed = 0;
 		double t0 = now_us();
 
@@ -871,6 +877,7 @@ static void bench(int sock, struct sd_prov_conn *c, struct sd_prov_rkey *rk, uin
 	printf("BENCH transport=%s write8_us_median=%.3f (min %.3f max %.3f) write1M_MBps_median=%.1f (min %.1f max %.1f)\n",
 	       tr, lat[1], lat[0], lat[2], bw[1], bw[0], bw[2]);
 	(void)sock;
+	P->dereg_mem(S.p, mr);
 	free(src);
 }
 
