@@ -43,21 +43,15 @@ def main() -> None:
                 print(type(exc).__name__, exc)
         return
     if step == "write":
-        from pydoca._native import ffi, soft_fn
+        from pydoca._native import conn_transports, provider_name
         from pydoca.peer import Requester
-        import ctypes
-        name = soft_fn("softdoca_transport_name", ctypes.c_char_p, ctypes.c_void_p)
-        detail = soft_fn("softdoca_provider_transport", ctypes.c_char_p, ctypes.c_void_p)
-        provider = soft_fn("softdoca_provider_name", ctypes.c_char_p)
         data = np.arange(1 << 20, dtype=np.uint32).astype(np.uint8)
         with Requester.connect(sys.argv[2], timeout=10) as req:
             for _ in range(3):
                 req.write("/store", data)
             assert req.conn is not None and req.conn._c is not None
-            c = int(ffi.cast("uintptr_t", req.conn._c))
-            out = {"provider": provider().decode() if provider else None,
-                   "transport": (name(c) or b"").decode() if name else None,
-                   "provider_transport": (detail(c) or b"").decode() if detail else None}
+            link, prov = conn_transports(req.conn._c)
+            out = {"provider": provider_name(), "transport": link or "", "provider_transport": prov or ""}
         print(json.dumps(out), flush=True)
         return
     raise SystemExit(f"unknown step {step!r}")

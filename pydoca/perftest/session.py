@@ -53,27 +53,19 @@ def _soft_has_transports() -> bool:
 
 def _soft_transport_of(conn: Any) -> Optional[str]:
     """"tcp" or "shm": softdoca's transport of an established connection (None on real DOCA / unknown)."""
-    import ctypes
-    from pydoca._native import ffi, soft_fn
+    from pydoca._native import conn_transports
     if backend_name() != "soft" or getattr(conn, "_c", None) is None:
         return None
-    fn = soft_fn("softdoca_transport_name", ctypes.c_char_p, ctypes.c_void_p)
-    if fn is None:
+    if not _soft_has_transports():
         return "tcp"
-    name = fn(int(ffi.cast("uintptr_t", conn._c)))
-    return name.decode() if name else None
+    return conn_transports(conn._c)[0]
 
 
 def _soft_provider_transport(conn: Any) -> Optional[str]:
     """The provider's own transports of an established connection ("tcp", "rc_mlx5", ...: docs/providers.md);
     None when its operations take softdoca's native link (or on real DOCA)."""
-    import ctypes
-    from pydoca._native import ffi, soft_fn
-    if backend_name() != "soft" or getattr(conn, "_c", None) is None:
-        return None
-    fn = soft_fn("softdoca_provider_transport", ctypes.c_char_p, ctypes.c_void_p)
-    name = fn(int(ffi.cast("uintptr_t", conn._c))) if fn is not None else None
-    return name.decode() if name else None
+    from pydoca._native import conn_transports
+    return conn_transports(getattr(conn, "_c", None))[1]
 
 
 class Target:
