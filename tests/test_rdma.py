@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ctypes
 import hashlib
+import os
 import select
 import signal
 import time
@@ -16,6 +18,7 @@ import pytest
 import pydoca
 from pydoca import Access, Opcode
 from pydoca import errors as E
+from pydoca._native import conn_transports, soft_fn
 from rdma_util import ALL_REMOTE, Local, PeerProc, free_port
 
 SIZE = 1 << 16
@@ -101,6 +104,8 @@ def test_atomics(local: Local, peer: PeerProc, mode: str) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_send_receive_and_immediates(local: Local, peer: PeerProc, mode: str) -> None:
     conn, started = connect(local, peer, mode)
+    via_provider = _provider_up(conn)
+    before = _provider_messages()
     peer.call("post_recv", n=3, size=256)
     a = local.local(bytearray(b"hello over rdma"))
     b = local.local(bytearray(b"with imm"))
@@ -115,6 +120,54 @@ def test_send_receive_and_immediates(local: Local, peer: PeerProc, mode: str) ->
     assert base64.b64decode(res[1]["data"]) == b"with imm" and res[1]["imm"] == 0xDEADBEEF
     assert res[2]["imm"] == 0x01020304
     assert bytes.fromhex(peer.call("digest")["head"])[:0] == b""
+    if via_provider:
+        # the three messages went through the provider, and the peer acknowledged each there
+        sent, answered = (x - y for x, y in zip(_provider_messages(), before))
+        assert (sent, answered) == (3, 3)
+
+
+def test_messages_parked_until_receives_are_posted_arrive_in_order(local: Local, peer: PeerProc) -> None:
+    """Messages sent before the peer posts receives wait there (within the RNR budget) and land in order,
+    small ones and a 2 MiB one (fetched by the provider, not carried inline); a message larger than the
+    receive fails TOO_BIG on both sides and the connection carries on."""
+    conn, _ = connect(local, peer, "oob")
+    via_provider = _provider_up(conn)
+    before = _provider_messages()
+    big = bytes(range(256)) * (8 << 10)
+    payloads = [b"first", big, b"third"]
+    tasks = [local.rdma.send(conn, local.inv.buffer(local.local(bytearray(p)))) for p in payloads]
+    time.sleep(0.3)  # they arrive and wait: nothing is posted yet
+    peer.call("post_recv", n=3, size=len(big))
+    for t in tasks:
+        t.result(10)
+    res = peer.call("recv_results")["results"]
+    assert [base64.b64decode(r["data"]) for r in res] == payloads
+    peer.call("post_recv", n=1, size=8)
+    detail = _expect_fail(local.rdma.send(conn, local.inv.buffer(local.local(bytearray(100)))), E.TooBigError)
+    assert "8 bytes" in detail, detail
+    assert peer.call("recv_results")["results"] == [{"error": "DOCA_ERROR_TOO_BIG"}]
+    peer.call("post_recv", n=1, size=64)
+    local.rdma.send(conn, local.inv.buffer(local.local(bytearray(b"still up")))).result(10)
+    assert base64.b64decode(peer.call("recv_results")["results"][0]["data"]) == b"still up"
+    if via_provider:
+        assert tuple(x - y for x, y in zip(_provider_messages(), before)) == (5, 5)
+
+
+def _provider_up(conn: Any) -> bool:
+    """Under SOFTDOCA_PROVIDER=ucx|ofi (messages not kept native): wait until the provider's connection is up (it
+    comes up just after the native one), so that what follows takes it. False when messages stay native."""
+    if os.environ.get("SOFTDOCA_PROVIDER") not in ("ucx", "ofi") or os.environ.get("SOFTDOCA_PROVIDER_MESSAGES") == "0":
+        return False
+    deadline = time.monotonic() + 10
+    while conn_transports(conn._c)[1] is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return True
+
+
+def _provider_messages() -> Tuple[int, int]:
+    """Two-sided messages this process sent through the softdoca provider, and those the peer answered."""
+    fn = soft_fn("softdoca_provider_messages", ctypes.c_ulonglong, ctypes.c_int)
+    return (fn(0), fn(1)) if fn else (0, 0)
 
 
 def _expect_fail(task: pydoca.Task[Any], exc: type) -> str:
@@ -246,10 +299,14 @@ def test_local_buffer_larger_than_remote_names_both_lengths(local: Local, peer: 
 
 def test_send_without_receive_fails_like_rnr(local: Local, peer: PeerProc) -> None:
     conn, _ = connect(local, peer, "oob", rnr_retry=1)
+    via_provider = _provider_up(conn)
+    before = _provider_messages()
     m = local.local(bytearray(b"nobody listens"))
     t0 = time.monotonic()
-    _expect_fail(local.rdma.send(conn, local.inv.buffer(m)), E.TimeOutError)
-    assert time.monotonic() - t0 < 8
+    detail = _expect_fail(local.rdma.send(conn, local.inv.buffer(m)), E.TimeOutError)
+    assert time.monotonic() - t0 < 8 and "RNR retry exceeded" in detail, detail
+    if via_provider:  # the verdict came from the peer, through the provider
+        assert tuple(x - y for x, y in zip(_provider_messages(), before)) == (1, 1)
 
 
 def _wait_stopped(pid: int, timeout: float = 5.0) -> None:

@@ -48,7 +48,7 @@ LAYERS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ("engine thread", "engine", ("rdma_loop",)),
     ("connections, data operations, tasks, context", "rdma",
      ("rdma_wire", "rdma_xport", "rdma_conn", "rdma_cm", "rdma_tasks", "rdma_sync_event", "rdma_ctx",
-      "rdma_prov")),
+      "rdma_prov", "rdma_pmsg")),
     ("task API", "rdma", ("rdma_task_api",)),
     ("softdoca extensions", "rdma", ("ext",)),
 ]

@@ -35,6 +35,9 @@ extern "C" {
 const char *softdoca_provider_name(void);
 /* The providers this softdoca was built with, comma-separated ("native,ucx"). */
 const char *softdoca_providers_built(void);
+/* Two-sided messages this process sent through the provider (answered != 0:
+ * those the peer acknowledged there); 0 when messages take the native link. */
+unsigned long long softdoca_provider_messages(int answered);
 const char *softdoca_transport_name(const struct doca_rdma_connection *conn);
 const char *softdoca_provider_transport(const struct doca_rdma_connection *conn);
 

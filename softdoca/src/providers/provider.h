@@ -194,7 +194,9 @@ struct sd_prov_cbs {
 	enum sd_prov_rx_answer (*rx)(void *arg, struct sd_prov_conn *conn, void *conn_ctx,
 				     const struct sd_prov_rx *rx, struct sd_prov_iov *dst, int *ndst,
 				     void **rx_ctx);
-	/* The payload of a PLACE answer is in place (or failed). In order per conn. */
+	/* The payload of a PLACE answer is in place (or failed). In order per conn.
+	 * Called for every PLACE answer, also once the connection was closed
+	 * (then with an error): until it is, the provider may still write into dst. */
 	void (*rx_done)(void *arg, void *rx_ctx, doca_error_t status, size_t len);
 	/* A connection changed state. */
 	void (*conn_event)(void *arg, struct sd_prov_conn *conn, void *conn_ctx,

@@ -53,10 +53,13 @@
  *   rdma_ctx.c       context, configuration, capabilities, event delivery;
  *                    installs struct sd_mmap_hooks in common/mmap.c
  *   rdma_prov.c      the provider bridge (SOFTDOCA_PROVIDER): one-sided
- *                    operations through a provider of providers/ (ucx), its
- *                    connection beside the native link, registrations (maps,
- *                    through struct sd_mmap_hooks), the engine hook that
- *                    progresses it (struct sd_eng_hook)
+ *                    operations and sent messages through a provider of
+ *                    providers/ (ucx, ofi), its connection beside the native
+ *                    link, registrations (maps, through struct
+ *                    sd_mmap_hooks), the engine hook that progresses it
+ *                    (struct sd_eng_hook)
+ *   rdma_pmsg.c      messages arriving through the provider: into posted
+ *                    receives, parked (RNR), acknowledged (rdma_pmsg.h)
  * 6 task API [rdma/]
  *   rdma_task_api.c  per-type public task API
  * 7 softdoca extensions [rdma/]
@@ -475,6 +478,28 @@ struct doca_rdma_connection {
 	struct ptok *ptoks;
 	struct sd_rtask *hold_head, *hold_tail;
 	char ptransport[64];
+	/* two-sided messages through the provider (rdma_prov.c sends them and
+	 * settles them on the peer's acknowledgements; rdma_pmsg.c receives,
+	 * parks and acknowledges them) */
+	int pmsg;                            /* both sides take messages through the provider */
+	uint32_t peer_budget_ms;             /* the peer's RNR budget (PROV_ADDR) */
+	uint32_t pm_tx_seq;                  /* the next message's sequence */
+	struct ptok *pm_head, *pm_tail;      /* sent and not yet acknowledged, in order */
+	uint32_t pm_unacked;
+	uint64_t pm_unacked_bytes;
+	uint64_t pm_head_ns;                 /* when the oldest unacknowledged one became the oldest */
+	struct doca_rdma_connection *pm_tx_next;
+	int pm_tx_listed;
+	uint32_t pm_rx_seq;                  /* the next incoming message's sequence */
+	struct sd_pm_park *pm_park_head, *pm_park_tail; /* arrived while no receive was posted */
+	uint32_t pm_parked;
+	uint64_t pm_parked_bytes;
+	uint64_t pm_park_ns;                 /* when the oldest parked one became the oldest */
+	int pm_dead;                         /* an RNR verdict was given: later messages are dropped */
+	struct sd_pm_place *pm_placing;      /* a large message on its way into place */
+	struct sd_pm_ack *pm_acks, *pm_acks_tail; /* acknowledgements to send, in order */
+	struct doca_rdma_connection *pm_next;
+	int pm_listed;
 };
 
 enum sd_event_type { SD_EV_REQUEST = 1, SD_EV_ESTABLISHED, SD_EV_FAILURE, SD_EV_DISCONNECT };
@@ -773,6 +798,9 @@ int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len
 void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status);
 /* Try t on the provider (1: taken, held or completed; 0: native link). */
 int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_link *link);
+/* Receives were posted: hand them the messages parked by the provider path
+ * (rdma_pmsg.c; rdma->nparked counts them with the native link's). */
+void sd_pm_deliver(struct doca_rdma *rdma);
 /* The provider's transports of an established connection, NULL if none. */
 const char *sd_prov_conn_transport(const struct doca_rdma_connection *c);
 /* Maps (common/mmap.c, through struct sd_mmap_hooks, see internal.h):

@@ -710,7 +710,7 @@ void sd_wire_deliver_parked(struct doca_rdma *rdma)
 		doca_error_t st = DOCA_SUCCESS;
 
 		if (!l)
-			break;
+			break; /* what is left was parked by the provider path */
 		t = pop_recv(rdma);
 		if (l->park.opcode != SD_OP_WRITE_IMM) {
 			uint64_t cap = 0, off = 0;
@@ -749,6 +749,8 @@ void sd_wire_deliver_parked(struct doca_rdma *rdma)
 		unpark(l);
 		sd_link_flush(l);
 	}
+	if (rdma->nparked && rdma->rq_head)
+		sd_pm_deliver(rdma);
 }
 
 void sd_wire_park_expired(struct sd_link *l)

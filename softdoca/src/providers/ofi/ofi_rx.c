@@ -214,8 +214,10 @@ void ofi_rndv_read_done(struct oop *o, doca_error_t st)
 		c->rxq_head = r->next;
 		if (!c->rxq_head)
 			c->rxq_tail = NULL;
-		if (!c->user_closed)
-			p->cbs.rx_done(p->cbs.arg, pl->rx_ctx, st, st ? 0 : r->h.a);
+		if (c->user_closed && st == DOCA_SUCCESS)
+			st = DOCA_ERROR_CONNECTION_RESET;
+		/* even after conn_close: the owner of dst gets it back only here */
+		p->cbs.rx_done(p->cbs.arg, pl->rx_ctx, st, st ? 0 : r->h.a);
 		rx_free(r);
 		if (c->placing == pl)
 			c->placing = NULL;

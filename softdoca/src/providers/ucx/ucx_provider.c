@@ -1383,8 +1383,10 @@ static int u_progress(struct sd_prov *p)
 		p->place_done = pl->next;
 		pl->c->rx_placing = 0;
 		conn_kick(pl->c);
-		if (!pl->c->closed_by_user)
-			p->cbs.rx_done(p->cbs.arg, pl->rx_ctx, st, st ? 0 : pl->len);
+		if (pl->c->closed_by_user && st == DOCA_SUCCESS)
+			st = DOCA_ERROR_CONNECTION_RESET;
+		/* even after conn_close: the owner of dst gets it back only here */
+		p->cbs.rx_done(p->cbs.arg, pl->rx_ctx, st, st ? 0 : pl->len);
 		free(pl);
 		n++;
 	}
