@@ -153,6 +153,35 @@ def test_messages_parked_until_receives_are_posted_arrive_in_order(local: Local,
         assert tuple(x - y for x, y in zip(_provider_messages(), before)) == (5, 5)
 
 
+def test_a_sender_beyond_the_receive_window_is_broken_off(local: Local) -> None:
+    """What a receiver parks for one connection is bounded: under a provider, a peer whose unanswered messages
+    exceed the receiver's window (here lowered to 4 with SOFTDOCA_PROVIDER_RX_WINDOW) loses the connection, and
+    every one of its messages fails (none was taken: no receive was posted). (The native link parks one message
+    per connection and stops reading.)"""
+    peer = PeerProc(env={"SOFTDOCA_PROVIDER_RX_WINDOW": "4"})
+    try:
+        conn, _ = connect(local, peer, "oob")
+        if not _provider_up(conn):
+            pytest.skip("messages take the provider only under SOFTDOCA_PROVIDER=ucx|ofi")
+        errors: list = []
+        tasks = []
+        for i in range(8):
+            try:
+                tasks.append(local.rdma.send(conn, local.inv.buffer(local.local(bytearray(b"m%d" % i)))))
+            except E.NotConnectedError:  # the connection broke while these were submitted
+                errors.append(E.NotConnectedError)
+        for t in tasks:
+            with pytest.raises(E.DocaError) as info:
+                t.result(10)
+            errors.append(type(info.value))
+        assert len(errors) == 8 and set(errors) <= {E.DocaConnectionResetError, E.TimeOutError,
+                                                    E.NotConnectedError}, errors
+        events = _peer_events(peer, want="failed")
+        assert "failed" in events or "disconnected" in events, events
+    finally:
+        peer.close()
+
+
 def _provider_up(conn: Any) -> bool:
     """Under SOFTDOCA_PROVIDER=ucx|ofi (messages not kept native): wait until the provider's connection is up (it
     comes up just after the native one), so that what follows takes it. False when messages stay native."""

@@ -36,6 +36,21 @@ struct sd_pm_ack {
 
 static struct doca_rdma_connection *active; /* connections with parks or acknowledgements due */
 
+/* What one connection may park here: SD_PM_WINDOW, the senders' window;
+ * SOFTDOCA_PROVIDER_RX_WINDOW lowers it (tests: a sender beyond it is broken off). */
+static uint32_t rx_window(void)
+{
+	static uint32_t w;
+
+	if (!w) {
+		const char *e = getenv("SOFTDOCA_PROVIDER_RX_WINDOW");
+		unsigned long v = e && *e ? strtoul(e, NULL, 10) : SD_PM_WINDOW;
+
+		w = v >= 1 && v <= SD_PM_WINDOW ? (uint32_t)v : SD_PM_WINDOW;
+	}
+	return w;
+}
+
 void sd_pm_encode(const struct sd_pm_hdr *h, uint8_t out[SD_PM_HDR])
 {
 	out[0] = h->type;
@@ -260,7 +275,7 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 			return SD_PROV_RX_TAKEN;
 		}
 	} else {
-		if (c->pm_parked + (c->pm_placing ? 1 : 0) >= SD_PM_WINDOW ||
+		if (c->pm_parked + (c->pm_placing ? 1 : 0) >= rx_window() ||
 		    (c->pm_parked && c->pm_parked_bytes + len > SD_RDMA_MAX_PARK)) {
 			sd_conn_set_why(c, "the peer sent more messages than the receive window holds");
 			*brk = 1;
