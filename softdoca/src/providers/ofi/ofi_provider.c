@@ -861,8 +861,10 @@ static int o_progress(struct sd_prov *p)
 	if (p->eq)
 		n += ofi_read_eq(p);
 	if (p->cq) {
-		n += ofi_read_cq(p, p->cq);
-		if (p->txes)
+		int k = ofi_read_cq(p, p->cq);
+
+		n += k;
+		if (p->txes && k < 64 * 16) /* the CQ was read empty: nothing of a closed txe is left in it */
 			txe_gc(p);
 	}
 	for (struct sd_prov_conn *c = p->conns, *nx; c; c = nx) {
