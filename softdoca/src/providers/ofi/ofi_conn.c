@@ -2,9 +2,13 @@
  * ofi provider: connections.
  *
  * OOB (conn_export / conn_connect). The address blob body: owner uid u64,
- * connection id u32, endpoint type u32, name length u32, rsv u32, then the
+ * connection id u32, endpoint type u32, name length u32, flags u32, then the
  * name: the instance's RDM endpoint name (fi_getname), or for MSG providers
  * the instance's OOB passive endpoint (fi_passive_ep + fi_listen at open).
+ * flags: bit 0 (ADDR_F_BELL): the instance has a doorbell (ofi_provider.c),
+ * at the abstract AF_UNIX name derived from the owner uid; blobs from before
+ * had 0 there (no doorbell: the peer is polled as before); other bits are
+ * refused (DOCA_ERROR_UNSUPPORTED_VERSION).
  *  - RDM: conn_connect does fi_av_insert and sends HELLO (ids, uid); a side is
  *    ESTABLISHED once it connected and got the peer's HELLO naming the ids of
  *    the blob it was given.
@@ -36,6 +40,7 @@
 #include <string.h>
 
 #define ADDR_BODY_FIXED 24
+#define ADDR_F_BELL 1u
 #define CMH 24 /* struct cmhdr */
 enum { K_OOB_REQ = 1, K_CM_REQ, K_CM_ACC, K_CM_REJ };
 
@@ -145,6 +150,8 @@ void ofi_msg_ep_teardown(struct sd_prov_conn *c)
 {
 	struct sd_prov *p = c->p;
 
+	if (p->ch.ep_type != FI_EP_MSG) /* RDM: the endpoints are the instance's (struct ofi_txe) */
+		return;
 	if (c->ep && c->ep != p->ep)
 		fi_close(&c->ep->fid);
 	if (c->ep != p->ep)
@@ -272,7 +279,7 @@ doca_error_t ofi_conn_export(struct sd_prov_conn *c, void **blob, size_t *len)
 	ofi_put32(b + 40, c->id);
 	ofi_put32(b + 44, (uint32_t)p->ch.ep_type);
 	ofi_put32(b + 48, (uint32_t)nl);
-	ofi_put32(b + 52, 0);
+	ofi_put32(b + 52, p->ch.ep_type == FI_EP_RDM && p->bell_fd >= 0 ? ADDR_F_BELL : 0u);
 	memcpy(b + 56, name, nl);
 	sd_prov_blob_seal(b, total);
 	*blob = b;
@@ -287,7 +294,7 @@ doca_error_t ofi_conn_connect(struct sd_prov_conn *c, const void *blob, size_t l
 	size_t bl, nl;
 	doca_error_t e;
 	uint64_t uid;
-	uint32_t id, type;
+	uint32_t id, type, flags;
 	int rc;
 
 	if (!c)
@@ -306,9 +313,15 @@ doca_error_t ofi_conn_connect(struct sd_prov_conn *c, const void *blob, size_t l
 	id = ofi_get32(b + 8);
 	type = ofi_get32(b + 12);
 	nl = ofi_get32(b + 16);
+	flags = ofi_get32(b + 20);
 	if (uid == 0 || id == 0 || nl == 0 || nl != bl - ADDR_BODY_FIXED || nl > sizeof(c->peer_name)) {
 		OFI_WHY(why, "ofi address blob: inconsistent fields (name of %zu bytes in a body of %zu)", nl, bl);
 		return DOCA_ERROR_INVALID_VALUE;
+	}
+	if (flags & ~ADDR_F_BELL) {
+		OFI_WHY(why, "ofi address blob with flags 0x%x: this version knows 0x%x (a newer softdoca made it?)",
+			flags, ADDR_F_BELL);
+		return DOCA_ERROR_UNSUPPORTED_VERSION;
 	}
 	if (type != (uint32_t)p->ch.ep_type) {
 		OFI_WHY(why, "ofi address blob of a %s endpoint, this side uses %s (%s): set FI_PROVIDER alike on both sides",
@@ -326,15 +339,28 @@ doca_error_t ofi_conn_connect(struct sd_prov_conn *c, const void *blob, size_t l
 	c->peer_id = id;
 	c->deadline_ns = ofi_now_ns() + p->timeout_ns;
 	if (p->ch.ep_type == FI_EP_RDM) {
+		/* the AV entry stays until the instance closes (a peer connected again
+		 * gets the same one): with fi_av_remove of a dead peer, shm 1.17 never
+		 * got a later connection past its first send (it keeps its own side's
+		 * mapping of the removed slot, which the next address inserted reuses) */
 		rc = fi_av_insert(p->av, c->peer_name, 1, &c->dest, 0, NULL);
 		if (rc != 1) {
 			OFI_WHY(why, "ofi (%s): fi_av_insert of the peer's address failed (%s)", p->ch.prov,
 				rc < 0 ? ofi_str(rc) : "not inserted");
 			return DOCA_ERROR_INVALID_VALUE;
 		}
+		if (!c->txe) {
+			c->txe = ofi_txe_get(p, uid, (flags & ADDR_F_BELL) != 0, &rc);
+			if (!c->txe) {
+				OFI_WHY(why, "ofi (%s): a transmit endpoint for the peer: %s", p->ch.prov, ofi_str(rc));
+				return ofi_err(rc) == DOCA_ERROR_INVALID_VALUE ? DOCA_ERROR_INITIALIZATION : ofi_err(rc);
+			}
+			c->ep = c->txe->ep;
+		}
 		c->connected_local = 1;
 		c->state = CS_CONNECTING;
 		e = ofi_send_ctrl(c, M_HELLO, 0, 0, 0, 0);
+		ofi_bell_flush(p);
 		if (e) {
 			OFI_WHY(why, "ofi (%s): sending hello: %s", p->ch.prov, sd_prov_strerror(e));
 			c->state = CS_NEW;
@@ -610,7 +636,7 @@ int ofi_conn_step(struct sd_prov_conn *c)
 		c->state = CS_CLOSING;
 		if ((c->out_head || c->pend_head) && ofi_now_ns() < c->deadline_ns)
 			return 0;
-		if (c->ep && c->ep != p->ep) { /* MSG: ops left past the deadline fail; the peer sees FI_SHUTDOWN */
+		if (p->ch.ep_type == FI_EP_MSG && c->ep) { /* MSG: ops left past the deadline fail; the peer sees FI_SHUTDOWN */
 			fi_shutdown(c->ep, 0);
 			ofi_msg_ep_teardown(c);
 			ofi_fail_ops(c, DOCA_ERROR_CONNECTION_RESET, 0);
@@ -625,9 +651,7 @@ int ofi_conn_step(struct sd_prov_conn *c)
 		if (c->info && c->listener)
 			fi_reject(c->listener->pep, c->info->handle, NULL, 0);
 	}
-	/* the AV entry stays (small): with fi_av_remove here, shm 1.17 never got
-	 * the next connection to another peer past its first send (-FI_EAGAIN
-	 * forever) after a connection to a dead peer; cause not understood */
+	/* the AV entry stays (see ofi_conn_connect) */
 	ofi_conn_free(c);
 	return 1;
 }

@@ -88,6 +88,7 @@ enum msg_type { M_HELLO = 1, M_BYE, M_SEND, M_WIMM, M_RTS, M_FIN, M_AREQ, M_ARES
 #define MF_IMM 1u
 
 struct sd_prov_conn;
+struct ofi_txe;
 struct oop {
 	struct fi_context2 fctx;    /* first: the libfabric context */
 	int kind;                   /* CTX_OP */
@@ -127,6 +128,7 @@ struct oop {
 	void *msg_desc;
 	uint8_t *stage;             /* rendezvous: contiguous copy of a multi-iov send */
 	struct sd_prov_rx_place *place; /* OP_RNDV_READ: the placement */
+	struct ofi_txe *txe;        /* an orphan: the transmit endpoint that still holds it */
 };
 
 /* an incoming message kept by the provider (held, or waiting its turn) */
@@ -147,6 +149,31 @@ struct orxbuf {                     /* a posted receive buffer */
 	void *desc;
 	struct fid_mr *mr;          /* FI_MR_LOCAL: its registration */
 	int posted;                 /* 1 posted; 2 a repost met -FI_EAGAIN: progress retries it */
+};
+
+/*
+ * RDM: a transmit endpoint and the doorbell state of one peer instance (ofi_provider.c).
+ * shm: an endpoint of its own per peer instance: shm 1.17 answers the operations
+ * of an endpoint in one FIFO (its response queue), and an answer that never
+ * comes (the peer died, the target refused an RMA) blocks every later answer
+ * of that endpoint; so a peer's failure stays with that peer, and an endpoint
+ * that holds such an operation is "wedged": later connections to the peer get
+ * a fresh one, the old one is closed once no connection uses it. Other RDM
+ * providers: every peer's txe sends on the shared endpoint (p->ep).
+ */
+struct ofi_txe {
+	struct ofi_txe *next;
+	struct fid_ep *ep;          /* own endpoint (own = 1), or p->ep */
+	int own;
+	uint64_t peer_uid;
+	int refs;                   /* connections bound to it */
+	int wedged;                 /* the fabric holds ops of a failed connection: no new connection uses it */
+	int gone;                   /* the peer instance is gone (its doorbell closed) */
+	int orphans;                /* ops it still holds whose connection is gone */
+	int bell;                   /* the peer has a doorbell (its address blob says so) */
+	int bell_ok;                /* a ring reached it once (later ECONNREFUSED: the peer is gone) */
+	int ring_due, answer_due;   /* send at the end of this submit / progress round */
+	uint64_t probe_ns;          /* when its doorbell was last probed */
 };
 
 enum cstate { CS_NEW = 0, CS_CONNECTING, CS_CM_REQUESTED, CS_ACCEPTING, CS_ESTABLISHED, CS_FAILED,
@@ -173,6 +200,7 @@ struct sd_prov_conn {
 	struct fid_cq *cq;
 	int cq_fd;
 	fi_addr_t dest;
+	struct ofi_txe *txe;        /* RDM: where its ops are posted (NULL before conn_connect) */
 	struct fi_info *info;       /* MSG: a pending connection request's info */
 	struct sd_prov_listener *listener;
 	uint8_t peer_name[128];
@@ -245,6 +273,16 @@ struct sd_prov {
 	int kick;                   /* internal work pending: arm() says AGAIN */
 	int rx_unposted;            /* receive buffers whose repost met -FI_EAGAIN */
 	int in_progress;
+	/* RDM transmit endpoints, one per peer instance (struct ofi_txe) */
+	struct ofi_txe *txes;
+	int tx_per_peer;            /* shm: an endpoint per peer (else all on p->ep) */
+	int ntx_own;
+	/* the doorbell (poll-only providers: shm has no CQ wait object): an abstract
+	 * AF_UNIX datagram socket named after uid, in the epoll set; peers ring it
+	 * after posting what needs this instance's progress, and are answered after it */
+	int bell_fd;
+	int bells_due;              /* txes with ring_due / answer_due */
+	uint64_t next_probe_ns;
 	struct sd_prov_conn *conns;
 	struct sd_prov_conn **slots;
 	uint16_t *gens;
@@ -273,6 +311,11 @@ struct sd_prov_conn *ofi_conn_lookup(struct sd_prov *p, uint32_t id);
 struct sd_prov_conn *ofi_conn_alloc(struct sd_prov *p, void *ctx);
 void ofi_conn_free(struct sd_prov_conn *c);
 int ofi_conn_live(struct sd_prov *p, struct sd_prov_conn *c);
+/* RDM transmit endpoints and the doorbell */
+struct ofi_txe *ofi_txe_get(struct sd_prov *p, uint64_t peer_uid, int bell, int *rc);
+void ofi_txe_put(struct sd_prov *p, struct ofi_txe *t);
+void ofi_ring(struct sd_prov_conn *c);
+void ofi_bell_flush(struct sd_prov *p);
 #define OFI_WHY(w, ...) do { if (w) snprintf((w)->msg, sizeof((w)->msg), __VA_ARGS__); } while (0)
 
 /* ofi_ops.c */

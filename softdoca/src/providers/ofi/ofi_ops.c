@@ -128,7 +128,15 @@ void ofi_fail_ops(struct sd_prov_conn *c, doca_error_t st, int quiet)
 				report(o, st);
 			o->reported = 1;
 			o->c = NULL;
-			if (k == 0 && (o->posted > 0 || o->msg_state == 1) && c->ep && c->ep == p->ep) {
+			if (k == 0 && (o->posted > 0 || o->msg_state == 1) && c->txe) {
+				/* the shared CQ may still report it: kept until then. Held by
+				 * a failed connection (not quiet): it may never complete, and
+				 * on shm its missing answer blocks every later one of that
+				 * endpoint: new connections to the peer get a fresh one */
+				o->txe = c->txe;
+				c->txe->orphans++;
+				if (!quiet)
+					c->txe->wedged = 1;
 				o->next = p->orphans;
 				p->orphans = o;
 			} else {
@@ -294,10 +302,11 @@ static int post_op(struct oop *o)
 	struct sd_prov *p = c->p;
 	int rc;
 
+	ofi_ring(c); /* the peer's progress serves it (once per round: ofi_bell_flush) */
 	if (o->need_rma && o->next_iov < o->niov) {
 		int rd = o->type == OP_READ || o->type == OP_RNDV_READ;
 		int native_imm = o->type == OP_WIMM && p->ch.native_cq_data;
-		uint64_t data = (uint64_t)o->imm | (c->ep == p->ep ? (uint64_t)c->peer_id << 32 : 0);
+		uint64_t data = (uint64_t)o->imm | (p->ch.ep_type == FI_EP_RDM ? (uint64_t)c->peer_id << 32 : 0);
 
 		if (o->is_write == 0 && !rd && o->next_iov == 0) {
 			o->is_write = 1;
@@ -458,6 +467,8 @@ void ofi_op_part_done(struct sd_prov *p, struct oop *o, int msg_part, doca_error
 					*pp = o->next;
 					break;
 				}
+			if (o->txe && o->txe->orphans > 0)
+				o->txe->orphans--;
 			ofi_free_op(p, o);
 		}
 		return;
@@ -609,7 +620,9 @@ static doca_error_t rma_op(struct sd_prov_conn *c, enum op_type t, const struct 
 	}
 	if (!o->need_rma && !o->need_msg)
 		o->wait_all = 1; /* zero length: completes once the earlier ops did */
-	return ofi_submit(c, o, 0);
+	e = ofi_submit(c, o, 0);
+	ofi_bell_flush(p);
+	return e;
 }
 
 doca_error_t ofi_op_write(struct sd_prov_conn *c, const struct sd_prov_iov *iov, int niov, struct sd_prov_rkey *rk,
@@ -684,7 +697,9 @@ static doca_error_t atomic_op(struct sd_prov_conn *c, enum op_type t, struct sd_
 		o->sub_pending = 1;
 		o->wait_writes = !p->ch.order_saw;
 	}
-	return ofi_submit(c, o, 0);
+	e = ofi_submit(c, o, 0);
+	ofi_bell_flush(p);
+	return e;
 }
 
 doca_error_t ofi_op_fadd(struct sd_prov_conn *c, struct sd_prov_rkey *rk, uint64_t raddr, uint64_t add,
@@ -768,7 +783,9 @@ doca_error_t ofi_op_send(struct sd_prov_conn *c, const struct sd_prov_iov *iov, 
 		((struct ohdr *)o->msg)->flags |= MF_IMM;
 		((struct ohdr *)o->msg)->imm = *imm;
 	}
-	return ofi_submit(c, o, 0);
+	e = ofi_submit(c, o, 0);
+	ofi_bell_flush(p);
+	return e;
 }
 
 doca_error_t ofi_op_flush(struct sd_prov_conn *c, void *op_ctx)

@@ -37,8 +37,15 @@
 #define _GNU_SOURCE
 #include "ofi_internal.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,10 +266,347 @@ void ofi_conn_free(struct sd_prov_conn *c)
 		p->gens[idx - 1] = (uint16_t)(p->gens[idx - 1] + 1 ? p->gens[idx - 1] + 1 : 1);
 	}
 	ofi_rx_free_queue(c);
+	if (c->txe)
+		ofi_txe_put(p, c->txe);
+	c->txe = NULL;
 	if (c->info)
 		OFI.freeinfo(c->info);
 	free(c->placing);
 	free(c);
+}
+
+/* ------------------------------------------------------------ RDM transmit endpoints */
+static int open_ep(struct sd_prov *p, struct fi_info *info, struct fid_ep **ep)
+{
+	int rc = fi_endpoint(p->domain, info, ep, p);
+
+	if (rc) {
+		*ep = NULL;
+		return rc;
+	}
+	rc = fi_ep_bind(*ep, &p->av->fid, 0);
+	if (!rc)
+		rc = fi_ep_bind(*ep, &p->cq->fid, FI_TRANSMIT | FI_RECV);
+	if (!rc)
+		rc = fi_enable(*ep);
+	if (rc) {
+		fi_close(&(*ep)->fid);
+		*ep = NULL;
+	}
+	return rc;
+}
+
+/* the transmit endpoint for a peer instance: its live one, else a new one */
+struct ofi_txe *ofi_txe_get(struct sd_prov *p, uint64_t peer_uid, int bell, int *rc)
+{
+	struct ofi_txe *t;
+
+	*rc = 0;
+	for (t = p->txes; t; t = t->next)
+		if (t->peer_uid == peer_uid && !t->wedged && !t->gone)
+			break;
+	if (!t) {
+		t = calloc(1, sizeof(*t));
+		if (!t) {
+			*rc = -FI_ENOMEM;
+			return NULL;
+		}
+		t->peer_uid = peer_uid;
+		t->ep = p->ep;
+		if (p->tx_per_peer) {
+			/* a small receive side: nobody sends to it (its answers come
+			 * through its response queue) */
+			struct fi_info *i = OFI.dupinfo(p->info);
+
+			if (!i) {
+				free(t);
+				*rc = -FI_ENOMEM;
+				return NULL;
+			}
+			if (i->rx_attr && i->rx_attr->size > 16)
+				i->rx_attr->size = 16;
+			*rc = open_ep(p, i, &t->ep);
+			OFI.freeinfo(i);
+			if (*rc) {
+				free(t);
+				return NULL;
+			}
+			t->own = 1;
+			p->ntx_own++;
+		}
+		t->next = p->txes;
+		p->txes = t;
+	}
+	t->bell = bell && p->bell_fd >= 0;
+	t->refs++;
+	return t;
+}
+
+void ofi_txe_put(struct sd_prov *p, struct ofi_txe *t)
+{
+	(void)p;
+	if (t->refs > 0)
+		t->refs--;
+}
+
+/* close a transmit endpoint: the CQ was just read, so nothing of it is queued
+ * there; the ops it still held (orphans) never complete now */
+static void txe_free(struct sd_prov *p, struct ofi_txe *t)
+{
+	for (struct ofi_txe **pp = &p->txes; *pp; pp = &(*pp)->next)
+		if (*pp == t) {
+			*pp = t->next;
+			break;
+		}
+	if (t->own && t->ep) {
+		fi_close(&t->ep->fid);
+		p->ntx_own--;
+	}
+	for (struct oop **pp = &p->orphans; *pp;) {
+		struct oop *o = *pp;
+		if (o->txe == t) {
+			*pp = o->next;
+			ofi_free_op(p, o);
+		} else {
+			pp = &o->next;
+		}
+	}
+	free(t);
+}
+
+/* after a CQ read: close what nobody uses and cannot be used again (wedged or
+ * its peer gone), and the idle ones of peers with nothing left */
+static void txe_gc(struct sd_prov *p)
+{
+	for (struct ofi_txe *t = p->txes, *nx; t; t = nx) {
+		nx = t->next;
+		if (t->refs)
+			continue;
+		if ((t->own && (t->wedged || t->gone)) || (!t->own && !t->orphans))
+			txe_free(p, t);
+	}
+}
+
+/* ------------------------------------------------------------ the doorbell */
+#define BELL_MAGIC 0x42444453u /* "SDDB" */
+enum { BELL_RING = 'R', BELL_ANSWER = 'A' };
+struct bell_msg {
+	uint32_t magic;
+	uint8_t kind, rsv[3];
+	uint64_t uid; /* the sender */
+};
+
+static socklen_t bell_addr(uint64_t uid, struct sockaddr_un *a)
+{
+	int n;
+
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	/* abstract (sun_path[0] = 0): per network namespace, gone with the socket */
+	n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "softdoca-ofi-bell-%016llx", (unsigned long long)uid);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static void bell_open(struct sd_prov *p)
+{
+	struct sockaddr_un a;
+	socklen_t al = bell_addr(p->uid, &a);
+	struct epoll_event ev = { .events = EPOLLIN };
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return;
+	ev.data.fd = fd;
+	if (bind(fd, (struct sockaddr *)&a, al) != 0 || epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+		close(fd); /* no doorbell: arm() bounds the sleep as without one */
+		return;
+	}
+	p->bell_fd = fd;
+}
+
+/* a peer with outstanding ops was heard from (or its doorbell closed): the
+ * connections to a gone peer fail now instead of at their deadline */
+static void peer_gone(struct sd_prov *p, struct ofi_txe *t)
+{
+	t->gone = 1;
+	t->bell = 0;
+	for (struct sd_prov_conn *c = p->conns; c; c = c->next)
+		if (c->txe == t && (c->state == CS_ESTABLISHED || c->state == CS_CONNECTING))
+			ofi_conn_fail(c, DOCA_ERROR_CONNECTION_RESET, SD_PROV_FAIL_LOST,
+				      "the peer instance is gone (its doorbell closed)");
+}
+
+static void bell_send(struct sd_prov *p, struct ofi_txe *t, int kind)
+{
+	struct bell_msg m = { .magic = BELL_MAGIC, .kind = (uint8_t)kind, .uid = p->uid };
+	struct sockaddr_un a;
+	socklen_t al = bell_addr(t->peer_uid, &a);
+	ssize_t k = sendto(p->bell_fd, &m, sizeof(m), MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, al);
+
+	if (k == (ssize_t)sizeof(m)) {
+		t->bell_ok = 1;
+		return;
+	}
+	/* a full queue (EAGAIN): the peer has rings unread, it is awake or wakes */
+	if (errno == ECONNREFUSED || errno == ENOENT) {
+		if (t->bell_ok) /* it answered before: the instance closed or its process died */
+			peer_gone(p, t);
+		else            /* never reached (another network namespace?): the sleep bound stays */
+			t->bell = 0;
+	}
+}
+
+void ofi_ring(struct sd_prov_conn *c)
+{
+	struct ofi_txe *t = c->txe;
+
+	if (t && t->bell && !t->ring_due) {
+		t->ring_due = 1;
+		c->p->bells_due++;
+	}
+}
+
+/* one datagram per peer and round: a ring (answer wanted) or an answer */
+void ofi_bell_flush(struct sd_prov *p)
+{
+	if (!p->bells_due)
+		return;
+	p->bells_due = 0;
+	for (struct ofi_txe *t = p->txes; t; t = t->next) {
+		if (!t->ring_due && !t->answer_due)
+			continue;
+		if (t->bell && !t->gone)
+			bell_send(p, t, t->ring_due ? BELL_RING : BELL_ANSWER);
+		t->ring_due = t->answer_due = 0;
+	}
+}
+
+/* read what rang (bounded); rings of known peers are answered after this progress */
+static int bell_drain(struct sd_prov *p)
+{
+	struct bell_msg m[8];
+	int n = 0;
+
+	for (int round = 0; round < 64; round++) {
+		ssize_t k = recv(p->bell_fd, m, sizeof(m), MSG_DONTWAIT);
+
+		if (k < (ssize_t)sizeof(m[0]))
+			break;
+		n++;
+		if (m[0].magic != BELL_MAGIC || m[0].kind != BELL_RING)
+			continue;
+		for (struct ofi_txe *t = p->txes; t; t = t->next)
+			if (t->peer_uid == m[0].uid && t->bell && !t->gone && !t->wedged) {
+				if (!t->answer_due && !t->ring_due)
+					p->bells_due++;
+				t->answer_due = 1;
+				break;
+			}
+	}
+	return n;
+}
+
+/* liveness: a doorbell that answered once and is closed now means the peer
+ * instance is gone (closed or died): connect() on a datagram socket asks the
+ * kernel without waking the peer. Peers with outstanding ops every 200 ms,
+ * the others every second. */
+#define PROBE_BUSY_NS 200000000ull
+#define PROBE_IDLE_NS 1000000000ull
+static int txe_busy(struct sd_prov *p, struct ofi_txe *t)
+{
+	for (struct sd_prov_conn *c = p->conns; c; c = c->next)
+		if (c->txe == t && (c->out_head || c->pend_head))
+			return 1;
+	return 0;
+}
+
+static void bell_probe(struct sd_prov *p, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+
+	if (now < p->next_probe_ns)
+		return;
+	for (struct ofi_txe *t = p->txes; t; t = t->next) {
+		uint64_t due;
+
+		if (!t->bell_ok || t->gone || (!t->refs && !t->own))
+			continue;
+		due = t->probe_ns + (txe_busy(p, t) ? PROBE_BUSY_NS : PROBE_IDLE_NS);
+		if (now >= due) {
+			struct sockaddr_un a;
+			socklen_t al = bell_addr(t->peer_uid, &a);
+			int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+			t->probe_ns = now;
+			if (fd >= 0) {
+				if (connect(fd, (struct sockaddr *)&a, al) != 0 && (errno == ECONNREFUSED || errno == ENOENT))
+					peer_gone(p, t);
+				close(fd);
+			}
+			due = now + PROBE_BUSY_NS;
+		}
+		if (due < next)
+			next = due;
+	}
+	p->next_probe_ns = next == UINT64_MAX ? now + PROBE_IDLE_NS : next;
+}
+
+/* ------------------------------------------------------------ shm endpoint names */
+/*
+ * shm names its endpoints "<pid>:<uid>:<n>" (files in /dev/shm) and refuses
+ * (-FI_EBUSY) to create one whose file exists with a live pid recorded in it;
+ * a process killed without closing leaves its file, and a later process with
+ * the same pid then saw its fi_endpoint fail (DOCA_ERROR_IO_FAILED at a context
+ * start). So the endpoints get a name of their own, "sdofi-<pid>-<uid>..."
+ * (the instance uid is random), and files of that form whose process is gone
+ * are removed at open.
+ */
+#define SHM_NAME_PREFIX "sdofi-"
+static void shm_reap(void)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)) && n++ < 65536) {
+		char *end;
+		long pid;
+		struct stat st;
+		char path[300];
+
+		if (strncmp(e->d_name, SHM_NAME_PREFIX, sizeof(SHM_NAME_PREFIX) - 1))
+			continue;
+		pid = strtol(e->d_name + sizeof(SHM_NAME_PREFIX) - 1, &end, 10);
+		if (pid <= 0 || *end != '-' || pid == (long)getpid())
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+		if (stat(path, &st) != 0 || st.st_uid != geteuid())
+			continue;
+		if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+			shm_unlink(e->d_name);
+	}
+	closedir(d);
+}
+
+static int shm_name(struct sd_prov *p)
+{
+	char name[96];
+	char *s;
+
+	if (strcmp(p->ch.prov, "shm") || p->info->addr_format != FI_ADDR_STR)
+		return 0;
+	shm_reap();
+	snprintf(name, sizeof(name), "fi_shm://" SHM_NAME_PREFIX "%ld-%016llx", (long)getpid(),
+		 (unsigned long long)p->uid);
+	s = strdup(name);
+	if (!s)
+		return -FI_ENOMEM;
+	free(p->info->src_addr);
+	p->info->src_addr = s;
+	p->info->src_addrlen = strlen(s) + 1;
+	return 0;
 }
 
 /* ------------------------------------------------------------ open / close */
@@ -317,6 +661,7 @@ static doca_error_t o_open(const struct sd_prov_open_params *prm, struct sd_prov
 	p->cbs = *prm->cbs;
 	p->timeout_ns = (uint64_t)(prm->timeout_ms ? prm->timeout_ms : 5000) * 1000000ull;
 	p->epfd = epoll_create1(EPOLL_CLOEXEC);
+	p->bell_fd = -1;
 	{
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -350,6 +695,15 @@ static doca_error_t o_open(const struct sd_prov_open_params *prm, struct sd_prov
 			goto fail;                                                                \
 		}                                                                                 \
 	} while (0)
+	/* shm 1.17's "fast RMA" (its domain's mr_mode has FI_MR_VIRT_ADDR and the
+	 * tx order no RMA bit): a read without remote CQ data / delivery-complete is
+	 * done by the requester alone (process_vm_readv of the target's memory) and
+	 * the target checks nothing: bounds, rights and revocation of reads were
+	 * the requester's check only (test_ofi_provider found it). Asking an RMA
+	 * order (send after write) turns it off: every RMA goes through the
+	 * target's MR map, as writes did; the order bit itself is not relied on. */
+	if (!strcmp(p->ch.prov, "shm") && p->info->tx_attr)
+		p->info->tx_attr->msg_order |= FI_ORDER_SAW;
 	TRY(OFI.fabric(p->info->fabric_attr, &p->fabric, p), "fi_fabric");
 	TRY(fi_domain(p->fabric, p->info, &p->domain, p), "fi_domain");
 	if (p->ch.ep_type == FI_EP_MSG) {
@@ -380,14 +734,18 @@ static doca_error_t o_open(const struct sd_prov_open_params *prm, struct sd_prov
 		else
 			p->poll_only = 1;
 		TRY(fi_av_open(p->domain, &ava, &p->av, p), "fi_av_open");
-		TRY(fi_endpoint(p->domain, p->info, &p->ep, p), "fi_endpoint");
-		TRY(fi_ep_bind(p->ep, &p->av->fid, 0), "fi_ep_bind(av)");
-		TRY(fi_ep_bind(p->ep, &p->cq->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
-		TRY(fi_enable(p->ep), "fi_enable");
+		TRY(shm_name(p), "naming the shm endpoint");
+		TRY(open_ep(p, p->info, &p->ep), "the RDM endpoint");
 		p->name_len = sizeof(p->name);
 		TRY(fi_getname(&p->ep->fid, p->name, &p->name_len), "fi_getname");
 		p->nrxb = OFI_RX_RDM;
 		TRY(ofi_alloc_rx(p, NULL, p->nrxb, &p->rxb), "posting receives");
+		/* shm: a transmit endpoint per peer (struct ofi_txe); not where MRs
+		 * are bound to one endpoint */
+		p->tx_per_peer = !strcmp(p->ch.prov, "shm") && !(p->ch.mr_mode & FI_MR_ENDPOINT) &&
+				 !(getenv("SOFTDOCA_OFI_EMULATE") && strstr(getenv("SOFTDOCA_OFI_EMULATE"), "sharedtx"));
+		if (p->poll_only)
+			bell_open(p);
 	}
 	/* atomics: native only where fi_query_atomic says both ops on FI_UINT64 work */
 	if (p->ch.atomic_cap) {
@@ -431,6 +789,8 @@ static doca_error_t o_close(struct sd_prov *p)
 		ofi_fail_ops(c, DOCA_ERROR_CONNECTION_RESET, 1); /* no callbacks: reported flags set quietly */
 		ofi_conn_free(c);
 	}
+	while (p->txes) /* their connections are gone: closes the own endpoints, frees their orphans */
+		txe_free(p, p->txes);
 	if (p->ep)
 		fi_close(&p->ep->fid);
 	p->ep = NULL;
@@ -456,6 +816,8 @@ static doca_error_t o_close(struct sd_prov *p)
 		fi_close(&p->fabric->fid);
 	if (p->infos)
 		OFI.freeinfo(p->infos);
+	if (p->bell_fd >= 0)
+		close(p->bell_fd);
 	if (p->epfd >= 0)
 		close(p->epfd);
 	free(p->slots);
@@ -494,10 +856,17 @@ static int o_progress(struct sd_prov *p)
 		return 0;
 	p->in_progress++;
 	p->kick = 0;
+	if (p->bell_fd >= 0)
+		bell_drain(p); /* before the CQ read: what rang is served by it */
 	if (p->eq)
 		n += ofi_read_eq(p);
-	if (p->cq)
-		n += ofi_read_cq(p, p->cq);
+	if (p->cq) {
+		int k = ofi_read_cq(p, p->cq);
+
+		n += k;
+		if (p->txes && k < 64 * 16) /* the CQ was read empty: nothing of a closed txe is left in it */
+			txe_gc(p);
+	}
 	for (struct sd_prov_conn *c = p->conns, *nx; c; c = nx) {
 		nx = c->next;
 		if (c->cq && c->cq != p->cq)
@@ -509,6 +878,10 @@ static int o_progress(struct sd_prov *p)
 	for (struct sd_prov_conn *c = p->conns, *nx; c; c = nx) {
 		nx = c->next;
 		n += ofi_conn_pump(c); /* may free c */
+	}
+	if (p->bell_fd >= 0) {
+		bell_probe(p, ofi_now_ns());
+		ofi_bell_flush(p); /* rings for what this round posted, answers to what rang */
 	}
 	p->in_progress--;
 	return n;
@@ -552,9 +925,29 @@ static doca_error_t o_arm(struct sd_prov *p, int *max_sleep_ms)
 	if (n && !p->poll_only && fi_trywait(p->fabric, fids, n) != 0)
 		return DOCA_ERROR_AGAIN;
 	if (max_sleep_ms) {
-		int64_t ms = next == UINT64_MAX ? -1 : (int64_t)((next > now ? next - now : 0) / 1000000ull) + 1;
-		if (p->poll_only && (ms < 0 || ms > 1))
-			ms = 1;
+		int64_t ms, bound = -1;
+
+		if (p->poll_only) {
+			/* no wait object: the doorbell wakes this side for what peers post,
+			 * and answers what it posted once the peer progressed. The 1 ms
+			 * bound stays where no doorbell is known (none here, a peer without
+			 * one or out of reach) while something is outstanding; with
+			 * doorbells 10 ms while ops are outstanding (a safety net: shm's
+			 * multi-round protocols continue inside progress, and a ring may
+			 * be lost); idle: none (deadlines and liveness probes only). */
+			if (p->bell_fd < 0)
+				bound = 1;
+			for (struct sd_prov_conn *c = p->conns; c && bound != 1; c = c->next)
+				if (c->out_head || c->pend_head || c->state == CS_CONNECTING || c->state == CS_CLOSING)
+					bound = c->txe && c->txe->bell ? 10 : 1;
+			if (bound != 1 && p->orphans)
+				bound = 10;
+			if (bound < 0 && p->bell_fd >= 0 && p->txes && p->next_probe_ns < next)
+				next = p->next_probe_ns;
+		}
+		ms = next == UINT64_MAX ? -1 : (int64_t)((next > now ? next - now : 0) / 1000000ull) + 1;
+		if (bound >= 0 && (ms < 0 || ms > bound))
+			ms = bound;
 		*max_sleep_ms = (int)ms;
 	}
 	return DOCA_SUCCESS;
