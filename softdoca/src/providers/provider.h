@@ -118,6 +118,9 @@ enum sd_prov_cap_flag {
 						* blob before an op leaves (a faithful requester) */
 	SD_PROV_CAP_ONE_SIDED_NO_TARGET = 1u << 6, /* one-sided ops complete without the target calling
 						    * progress(); else the target's engine must progress */
+	SD_PROV_CAP_POLLED = 1u << 7,        /* nothing wakes a sleeping engine for what a peer sends: arm()
+					      * bounds its sleep (ofi over shm without a doorbell), so every
+					      * round trip may cost that bound */
 };
 
 struct sd_prov_caps {

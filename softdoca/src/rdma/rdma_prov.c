@@ -53,7 +53,8 @@ static struct {
 	uint32_t max_iov;                     /* the instance's caps.max_iov */
 	int in_progress;                      /* inside the provider's progress (its callbacks run) */
 	uint64_t msgs_sent, msgs_answered;    /* two-sided messages through the provider (a test reads them) */
-	int no_msg;                           /* SOFTDOCA_PROVIDER_MESSAGES=0: messages stay on the native link */
+	int no_msg;                           /* messages stay on the native link (see prov_open) */
+	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
 } P = {.ep = {.fd = -1}};
 
 static void prov_atfork_child(void)
@@ -70,7 +71,8 @@ static void decide_once(void)
 
 	P.decided = 1;
 	pthread_atfork(NULL, NULL, prov_atfork_child);
-	P.no_msg = (e = getenv("SOFTDOCA_PROVIDER_MESSAGES")) && !strcmp(e, "0");
+	e = getenv("SOFTDOCA_PROVIDER_MESSAGES");
+	P.msg_env = !e || !*e ? -1 : strcmp(e, "0") != 0;
 	e = getenv("SOFTDOCA_PROVIDER");
 	if (!e || !*e || !strcmp(e, "native") || !strcmp(e, "auto"))
 		return;
@@ -296,6 +298,10 @@ static doca_error_t prov_open(void)
 			memset(&caps, 0, sizeof(caps));
 			P.ops->query_caps(P.p, &caps);
 			P.max_iov = caps.max_iov;
+			/* messages through the provider unless SOFTDOCA_PROVIDER_MESSAGES=0, or
+			 * unset where the provider is polled: each message and its answer would
+			 * wait for the peer's polling (ofi shm without its doorbell: ~1 ms) */
+			P.no_msg = P.msg_env == 0 || (P.msg_env < 0 && (caps.flags & SD_PROV_CAP_POLLED));
 		}
 		P.ep.kind = 0;
 		P.ep.on_event = on_ep;
