@@ -47,6 +47,8 @@ KNOWN = [
 SUITES = ["tests/test_rdma.py", "tests/test_peer_rdma.py", "tests/test_peer_posted.py", "tests/test_batch.py",
           "tests/test_sync_event.py", "tests/test_peer_channel.py", "tests/test_transfer.py", "tests/test_samples.py",
           "tests/test_c_programs.py"]
+# With two-sided messages through the provider too (SOFTDOCA_PROVIDER_MESSAGES=1, opt-in: docs/providers.md)
+MSG_SUITES = ["tests/test_rdma.py", "tests/test_peer_rdma.py", "tests/test_peer_channel.py"]
 # Between two network namespaces over a veth pair (two hosts as far as UCX can tell: another mount namespace,
 # so UCX keeps peer-failure handling and takes tcp)
 NETNS = ["tests/test_peer_netns.py"]
@@ -97,6 +99,14 @@ def test_the_cross_process_suites_pass_under_ucx(tls: str) -> None:
     """RDMA, peer, batch, sync-event, transfer, sample and C-program tests with UCX over tcp and over shared
     memory (posix + cma: what UCX picks for two processes on one host)."""
     _suite(SUITES, TLS[tls], _env(SOFTDOCA_PROVIDER="ucx", UCX_TLS=tls), SKIP_K[tls])
+
+
+@pytest.mark.parametrize("tls", sorted(TLS))
+def test_messages_through_ucx(tls: str) -> None:
+    """SOFTDOCA_PROVIDER_MESSAGES=1 (opt-in): sends and immediates through UCX; the RDMA tests assert that they
+    went there, the peer tests run their calls over them."""
+    _suite(MSG_SUITES, TLS[tls], _env(SOFTDOCA_PROVIDER="ucx", UCX_TLS=tls, SOFTDOCA_PROVIDER_MESSAGES="1"),
+           SKIP_K[tls])
 
 
 def test_between_two_namespaces_under_ucx_over_tcp() -> None:

@@ -33,8 +33,8 @@ run() {
 }
 run "" "${tests[@]}"
 # The default selection also runs the RDMA and peer tests through each provider
-# built in (the Makefile's test: its headers are there): softdoca's bridge, its
-# messages and the engine hook under TSan. UCX's memory hooks do not live with
+# built in (the Makefile's test: its headers are there), messages through the
+# provider too: softdoca's bridge, its messages and the engine hook under TSan. UCX's memory hooks do not live with
 # TSan's interceptors: they are turned off.
 if [ $# -eq 0 ]; then
   has() { echo "#include <$1>" | gcc -E -x c - >/dev/null 2>&1; }
@@ -42,11 +42,11 @@ if [ $# -eq 0 ]; then
          --deselect "tests/test_rdma.py::test_out_of_bounds_and_wrong_key_and_stopped_mmap[key]"
          --deselect "tests/test_rdma.py::test_out_of_bounds_and_wrong_key_and_stopped_mmap[stopped]")
   if has ucp/api/ucp.h; then
-    run "SOFTDOCA_PROVIDER=ucx UCX_TLS=tcp UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none" \
+    run "SOFTDOCA_PROVIDER=ucx SOFTDOCA_PROVIDER_MESSAGES=1 UCX_TLS=tcp UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none" \
       tests/test_rdma.py tests/test_peer_rdma.py "${known[@]}" \
       --deselect tests/test_peer_rdma.py::test_close_with_async_operations_pending
   fi
   if has rdma/fabric.h; then
-    run "SOFTDOCA_PROVIDER=ofi FI_PROVIDER=tcp" tests/test_rdma.py tests/test_peer_rdma.py "${known[@]}"
+    run "SOFTDOCA_PROVIDER=ofi SOFTDOCA_PROVIDER_MESSAGES=1 FI_PROVIDER=tcp" tests/test_rdma.py tests/test_peer_rdma.py "${known[@]}"
   fi
 fi

@@ -54,7 +54,7 @@ static struct {
 	int in_progress;                      /* inside the provider's progress (its callbacks run) */
 	uint64_t msgs_sent, msgs_answered;    /* two-sided messages through the provider (a test reads them) */
 	int no_msg;                           /* messages stay on the native link (see prov_open) */
-	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
+	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 1 on, else off (-1 unset) */
 } P = {.ep = {.fd = -1}};
 
 static void prov_atfork_child(void)
@@ -72,7 +72,7 @@ static void decide_once(void)
 	P.decided = 1;
 	pthread_atfork(NULL, NULL, prov_atfork_child);
 	e = getenv("SOFTDOCA_PROVIDER_MESSAGES");
-	P.msg_env = !e || !*e ? -1 : strcmp(e, "0") != 0;
+	P.msg_env = !e || !*e ? -1 : !strcmp(e, "1");
 	e = getenv("SOFTDOCA_PROVIDER");
 	if (!e || !*e || !strcmp(e, "native") || !strcmp(e, "auto"))
 		return;
@@ -298,10 +298,13 @@ static doca_error_t prov_open(void)
 			memset(&caps, 0, sizeof(caps));
 			P.ops->query_caps(P.p, &caps);
 			P.max_iov = caps.max_iov;
-			/* messages through the provider unless SOFTDOCA_PROVIDER_MESSAGES=0, or
-			 * unset where the provider is polled: each message and its answer would
-			 * wait for the peer's polling (ofi shm without its doorbell: ~1 ms) */
-			P.no_msg = P.msg_env == 0 || (P.msg_env < 0 && (caps.flags & SD_PROV_CAP_POLLED));
+			/* messages through the provider only with SOFTDOCA_PROVIDER_MESSAGES=1 (opt-in in
+			 * this release: docs/providers.md); on a polled provider each message and its
+			 * answer wait for the peer's polling (ofi shm without its doorbell: ~1 ms) */
+			P.no_msg = P.msg_env != 1;
+			if (!P.no_msg && (caps.flags & SD_PROV_CAP_POLLED))
+				SD_WARN("SOFTDOCA_PROVIDER_MESSAGES=1 on a polled provider (%s): every message waits for "
+					"the peer's polling", caps.transport);
 		}
 		P.ep.kind = 0;
 		P.ep.on_event = on_ep;
