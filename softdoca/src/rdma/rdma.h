@@ -798,6 +798,20 @@ int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len
 void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status);
 /* Try t on the provider (1: taken, held or completed; 0: native link). */
 int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_link *link);
+/* The oldest posted receive of rdma, taken off its queue (NULL: none). Engine lock held. */
+static inline struct sd_rtask *sd_rdma_pop_recv(struct doca_rdma *rdma)
+{
+	struct sd_rtask *t = rdma->rq_head;
+
+	if (t) {
+		rdma->rq_head = t->qnext;
+		if (!rdma->rq_head)
+			rdma->rq_tail = NULL;
+		t->qnext = NULL;
+	}
+	return t;
+}
+
 /* Receives were posted: hand them the messages parked by the provider path
  * (rdma_pmsg.c; rdma->nparked counts them with the native link's). */
 void sd_pm_deliver(struct doca_rdma *rdma);

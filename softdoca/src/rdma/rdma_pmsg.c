@@ -123,19 +123,6 @@ static void result(struct sd_rtask *t, struct doca_rdma_connection *c, const str
 	}
 }
 
-static struct sd_rtask *pop_recv(struct doca_rdma *rdma)
-{
-	struct sd_rtask *t = rdma->rq_head;
-
-	if (t) {
-		rdma->rq_head = t->qnext;
-		if (!rdma->rq_head)
-			rdma->rq_tail = NULL;
-		t->qnext = NULL;
-	}
-	return t;
-}
-
 /* Hand one message (h; payload p/len) to the posted receive t; acknowledged first. */
 static void fill(struct sd_rtask *t, struct doca_rdma_connection *c, const struct sd_pm_hdr *h, const uint8_t *p,
 		 size_t len)
@@ -231,7 +218,7 @@ void sd_pm_deliver(struct doca_rdma *rdma)
 		best->pm_parked_bytes -= k->len;
 		best->pm_park_ns = sd_now_ns();
 		rdma->nparked--;
-		fill(pop_recv(rdma), best, &k->h, k->buf, k->len);
+		fill(sd_rdma_pop_recv(rdma), best, &k->h, k->buf, k->len);
 		free(k->buf);
 		free(k);
 	}
@@ -260,7 +247,7 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 		return SD_PROV_RX_TAKEN;
 	if (!c->pm_park_head && rdma->rq_head) {
 		if (h) { /* the common case: straight into the receive */
-			fill(pop_recv(rdma), c, h, (const uint8_t *)rx->data + SD_PM_HDR, len);
+			fill(sd_rdma_pop_recv(rdma), c, h, (const uint8_t *)rx->data + SD_PM_HDR, len);
 			return SD_PROV_RX_TAKEN;
 		}
 		/* large, with a receive posted: bounded by that receive's room */
@@ -271,7 +258,7 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 		if (n < 0 || len > cap) {
 			struct sd_pm_hdr hh = {.type = SD_PM_SEND, .seq = seq};
 
-			fill(pop_recv(rdma), c, &hh, NULL, len); /* TOO_BIG, both sides */
+			fill(sd_rdma_pop_recv(rdma), c, &hh, NULL, len); /* TOO_BIG, both sides */
 			return SD_PROV_RX_TAKEN;
 		}
 	} else {

@@ -224,19 +224,6 @@ __attribute__((noinline)) static uint64_t sd_wire_remote_atomic(uint64_t *p, uin
 	return old;
 }
 
-static struct sd_rtask *pop_recv(struct doca_rdma *rdma)
-{
-	struct sd_rtask *t = rdma->rq_head;
-
-	if (t) {
-		rdma->rq_head = t->qnext;
-		if (!rdma->rq_head)
-			rdma->rq_tail = NULL;
-		t->qnext = NULL;
-	}
-	return t;
-}
-
 static void recv_result(struct sd_rtask *t, struct sd_link *l, const struct sd_hdr *h, uint32_t len)
 {
 	if (h->opcode == SD_OP_SEND)
@@ -349,7 +336,7 @@ static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 		return 0;
 	case SD_OP_SEND:
 	case SD_OP_SEND_IMM: {
-		struct sd_rtask *t = pop_recv(l->rdma);
+		struct sd_rtask *t = sd_rdma_pop_recv(l->rdma);
 		uint64_t cap = 0;
 		int n = 0;
 
@@ -617,7 +604,7 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 		 * completes: a receiver that exits right after its completion
 		 * does not lose it */
 		if (h->opcode == SD_OP_WRITE_IMM) {
-			struct sd_rtask *r = pop_recv(l->rdma);
+			struct sd_rtask *r = sd_rdma_pop_recv(l->rdma);
 
 			if (r) {
 				recv_result(r, l, h, h->payload_len);
@@ -711,7 +698,7 @@ void sd_wire_deliver_parked(struct doca_rdma *rdma)
 
 		if (!l)
 			break; /* what is left was parked by the provider path */
-		t = pop_recv(rdma);
+		t = sd_rdma_pop_recv(rdma);
 		if (l->park.opcode != SD_OP_WRITE_IMM) {
 			uint64_t cap = 0, off = 0;
 			int n = t->dst ? sd_buf_tail(t->dst, t->iov, t->iov_cap, &cap) : 0;
