@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -75,10 +75,11 @@ def test_cli_env_sets_both_paths() -> None:
     assert sd_cli.paths()["libdir"] in out.stdout
 
 
-def _run_pair(binary: Path, tmp: Path, cm: bool, port: int, message: str) -> tuple[str, str]:
+def _run_pair(binary: Path, tmp: Path, cm: bool, port: int, message: str,
+              env_extra: Optional[Dict[str, str]] = None) -> tuple[str, str]:
     extra = ["-c", "-a", "127.0.0.1", "-p", str(port)] if cm else []
     common = ["-f", str(tmp), "-m", message, *extra]
-    env = _env()
+    env = {**_env(), **(env_extra or {})}
     resp = subprocess.Popen([str(binary), "-r", "responder", *common], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
@@ -89,7 +90,7 @@ def _run_pair(binary: Path, tmp: Path, cm: bool, port: int, message: str) -> tup
         if resp.poll() is None:
             resp.kill()
             resp.wait()
-    assert req.returncode == 0, f"requester failed:\n{req.stdout}{req.stderr}\nresponder:\n{resp.stdout}"
+    assert req.returncode == 0, f"requester failed:\n{req.stdout}{req.stderr}\nresponder:\n{r_out}"
     assert resp.returncode == 0, f"responder failed:\n{r_out}\nrequester:\n{req.stdout}{req.stderr}"
     return req.stdout + req.stderr, r_out
 
@@ -123,6 +124,35 @@ def test_c_program_pair(bins: Path, tmp_path: Path, prog: str, cm: bool) -> None
             assert "ERR" not in out, out
     else:
         assert "fetch_add saw 40, cmp_swp saw 42" in req and "word is 1000" in resp
+
+
+def _built_with(symbol: bytes) -> bool:
+    lib = Path(sd_cli.paths()["libdir"]) / "libdoca_common.so.3"
+    return lib.is_file() and symbol in lib.read_bytes()
+
+
+# a provider over tcp, where softdoca was built with it
+PROVIDERS = {"ucx": ({"SOFTDOCA_PROVIDER": "ucx", "UCX_TLS": "tcp"}, b"ucp_put_nbx"),
+             "ofi": ({"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "tcp"}, b"fi_getinfo")}
+
+
+@pytest.mark.parametrize("cm", [False, True], ids=["descriptors", "rdma_cm"])
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_pairs_back_to_back_under_a_provider(bins: Path, tmp_path: Path, provider: str, cm: bool) -> None:
+    """60 send-with-immediate pairs, each side leaving as soon as its task completed: every send completes (the
+    receiver acknowledged it before its receive completed, as an RC NIC does), and no process aborts (a side that
+    leaves lets its provider connections finish their wire-up and flush first)."""
+    env, symbol = PROVIDERS[provider]
+    if os.environ.get("SOFTDOCA_PROVIDER"):
+        pytest.skip("runs where the environment names no provider (it sets its own)")
+    if not _built_with(symbol):
+        pytest.skip(f"softdoca was built without the {provider} provider")
+    for i in range(60):
+        _PORT[0] += 1
+        message = f"pair {i} {secrets.token_hex(4)}"
+        (tmp_path / str(i)).mkdir()
+        _, resp = _run_pair(bins / "rdma_send_imm", tmp_path / str(i), cm, _PORT[0], message, env)
+        assert f'responder: received "{message}"' in resp
 
 
 def test_argp_common_flags(bins: Path, tmp_path: Path) -> None:

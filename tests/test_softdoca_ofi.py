@@ -73,11 +73,10 @@ def test_the_cross_process_suites_pass_under_ofi(fabric: str) -> None:
         _suite(SUITES, OFI_KNOWN, ofi(fabric), FABRICS[fabric])
 
 
-def test_messages_through_ofi_over_tcp() -> None:
-    """SOFTDOCA_PROVIDER_MESSAGES=1 (opt-in): sends and immediates through libfabric's tcp; the RDMA tests assert
-    that they went there, the peer tests run their calls over them."""
-    _suite(["tests/test_rdma.py", "tests/test_peer_rdma.py", "tests/test_peer_channel.py"], OFI_KNOWN,
-           {**ofi("tcp"), "SOFTDOCA_PROVIDER_MESSAGES": "1"})
+def test_messages_stay_native_when_asked() -> None:
+    """SOFTDOCA_PROVIDER_MESSAGES=0: sends and immediates on the native link, nothing of them through libfabric."""
+    _suite(["tests/test_rdma.py", "-k", "send or immediate or rnr or parked or window"], [],
+           {**ofi("tcp"), "SOFTDOCA_PROVIDER_MESSAGES": "0"})
 
 
 def test_between_two_namespaces_under_ofi_over_tcp() -> None:

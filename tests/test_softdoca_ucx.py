@@ -47,8 +47,8 @@ KNOWN = [
 SUITES = ["tests/test_rdma.py", "tests/test_peer_rdma.py", "tests/test_peer_posted.py", "tests/test_batch.py",
           "tests/test_sync_event.py", "tests/test_peer_channel.py", "tests/test_transfer.py", "tests/test_samples.py",
           "tests/test_c_programs.py"]
-# With two-sided messages through the provider too (SOFTDOCA_PROVIDER_MESSAGES=1, opt-in: docs/providers.md)
-MSG_SUITES = ["tests/test_rdma.py", "tests/test_peer_rdma.py", "tests/test_peer_channel.py"]
+# The two-sided tests again with SOFTDOCA_PROVIDER_MESSAGES=0 (messages on the native link, the provider for the rest)
+MSG_NATIVE = ["tests/test_rdma.py", "-k", "send or immediate or rnr or parked or window"]
 # Between two network namespaces over a veth pair (two hosts as far as UCX can tell: another mount namespace,
 # so UCX keeps peer-failure handling and takes tcp)
 NETNS = ["tests/test_peer_netns.py"]
@@ -101,12 +101,10 @@ def test_the_cross_process_suites_pass_under_ucx(tls: str) -> None:
     _suite(SUITES, TLS[tls], _env(SOFTDOCA_PROVIDER="ucx", UCX_TLS=tls), SKIP_K[tls])
 
 
-@pytest.mark.parametrize("tls", sorted(TLS))
-def test_messages_through_ucx(tls: str) -> None:
-    """SOFTDOCA_PROVIDER_MESSAGES=1 (opt-in): sends and immediates through UCX; the RDMA tests assert that they
-    went there, the peer tests run their calls over them."""
-    _suite(MSG_SUITES, TLS[tls], _env(SOFTDOCA_PROVIDER="ucx", UCX_TLS=tls, SOFTDOCA_PROVIDER_MESSAGES="1"),
-           SKIP_K[tls])
+def test_messages_stay_native_when_asked() -> None:
+    """SOFTDOCA_PROVIDER_MESSAGES=0: sends and immediates on the native link, nothing of them through UCX (the RDMA
+    tests assert no message went through the provider), one-sided operations still through UCX."""
+    _suite(MSG_NATIVE, [], _env(**UCX, SOFTDOCA_PROVIDER_MESSAGES="0"))
 
 
 def test_between_two_namespaces_under_ucx_over_tcp() -> None:

@@ -274,12 +274,21 @@ static uint64_t loop_spin_ns(void)
 	return v;
 }
 
+/* How long a stopping engine lets a provider's closed connections flush:
+ * the engine timeout, at most 2 s (a peer that went silent costs no more). */
+static uint64_t loop_drain_ns(void)
+{
+	uint64_t t = sd_eng_timeout_ns();
+
+	return t < 2000000000ull ? t : 2000000000ull;
+}
+
 static void *loop_main(void *arg)
 {
 	struct sd_engthr *et = arg;
 	struct epoll_event evs[64];
 	int timeout = -1, busy;
-	uint64_t spin_until = 0, spin = loop_spin_ns();
+	uint64_t spin_until = 0, spin = loop_spin_ns(), drain_until = 0;
 	const struct sd_eng_hook *hook;
 
 	for (;;) {
@@ -288,6 +297,15 @@ static void *loop_main(void *arg)
 
 		sd_eng_lock();
 		if (et->stop) {
+			/* a provider's closed connections finish flushing first, bounded */
+			hook = sd_eng_get_hook();
+			if (!drain_until)
+				drain_until = sd_now_ns() + loop_drain_ns();
+			if (hook && hook->drain && sd_now_ns() < drain_until && hook->drain()) {
+				sd_eng_unlock();
+				timeout = 1;
+				continue;
+			}
 			sd_eng_unlock();
 			break;
 		}

@@ -295,6 +295,12 @@ struct sd_provider_ops {
 	 * if they made it, else an error); no conn_event / rx for this conn after
 	 * it returns, and the handle is invalid. */
 	void (*conn_close)(struct sd_prov_conn *c);
+	/* How many closed connections still have something on its way to the
+	 * peer (their close flushes it, within timeout_ms). Before the process
+	 * may leave (the last context destroyed), the caller progresses until
+	 * this is 0: what the peer was told arrived (a receive's acknowledgement,
+	 * a BYE) is not lost with the process. */
+	int (*closing)(struct sd_prov *p);
 
 	/* Data ops. Order (DOCA's RC order on one connection): sends and
 	 * write-with-immediates are delivered in submission order; a send / send-

@@ -477,6 +477,12 @@ struct doca_rdma_connection {
 	uint32_t prov_out;
 	struct ptok *ptoks;
 	struct sd_rtask *hold_head, *hold_tail;
+	/* the native link ended first (the peer disconnected, or died): what the
+	 * peer answered on the provider connection before that still completes,
+	 * until the provider connection ends too or plinger_ns (rdma_prov.c) */
+	uint64_t plinger_ns;
+	doca_error_t plinger_status;
+	struct doca_rdma_connection *plinger_next;
 	char ptransport[64];
 	/* two-sided messages through the provider (rdma_prov.c sends them and
 	 * settles them on the peer's acknowledgements; rdma_pmsg.c receives,
@@ -606,11 +612,14 @@ void sd_eng_kick(void);
 int sd_eng_held(void);
 /* A provider the engine thread progresses (rdma_prov.c): progress() every
  * turn; arm() before it sleeps (nonzero: do not sleep; *sleep_ms >= 0: wake
- * by then); ep (its fd, on_event set) joins the epoll set while an engine
+ * by then); drain() when the engine stops (the last context destroyed):
+ * nonzero while closed connections still flush, and the engine keeps turning
+ * (bounded); ep (its fd, on_event set) joins the epoll set while an engine
  * runs. NULL removes it. Engine lock held. */
 struct sd_eng_hook {
 	int (*progress)(void);
 	int (*arm)(int *sleep_ms);
+	int (*drain)(void);
 };
 void sd_eng_set_hook(const struct sd_eng_hook *hook, struct sd_ep *ep);
 const struct sd_eng_hook *sd_eng_get_hook(void);
@@ -795,7 +804,7 @@ void sd_prov_conn_start(struct doca_rdma_connection *c);
 int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len);
 /* The connection closes: close its provider connection, fail what is in
  * flight there or held. */
-void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status);
+void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status, int linger);
 /* Try t on the provider (1: taken, held or completed; 0: native link). */
 int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_link *link);
 /* The oldest posted receive of rdma, taken off its queue (NULL: none). Engine lock held. */

@@ -189,7 +189,7 @@ void sd_conn_on_link_closed(struct doca_rdma_connection *conn, doca_error_t stat
 {
 	enum sd_conn_state prev = conn->state;
 
-	sd_prov_conn_end(conn, status);
+	sd_prov_conn_end(conn, status, notify); /* the peer ended it: its answers in flight still count */
 	if (conn->link) {
 		struct sd_link *l = conn->link;
 		conn->link = NULL;
@@ -498,6 +498,8 @@ static void rdma_detach(struct doca_rdma *rdma, doca_error_t status)
 	for (struct doca_rdma_connection *c = rdma->conns; c; c = c->next)
 		if (c->state != SDC_CLOSED)
 			sd_conn_on_link_closed(c, status, 0);
+		else if (c->plinger_ns)
+			sd_prov_conn_end(c, status, 0); /* the context stops: no more waiting for answers */
 	while (rdma->listeners)
 		sd_listener_close(rdma->listeners);
 }

@@ -1,7 +1,7 @@
 /*
  * softdoca RDMA: two-sided messages through a provider (the receiving half,
  * rdma_pmsg.c; the sending half is in rdma_prov.c, which includes this), where
- * both sides run with SOFTDOCA_PROVIDER_MESSAGES=1 (opt-in).
+ * both sides take them (unless SOFTDOCA_PROVIDER_MESSAGES=0; docs/providers.md).
  *
  * Every message the bridge sends through the provider (send, send with
  * immediate, and the notice of a write with immediate, which follows its write

@@ -54,7 +54,7 @@ static struct {
 	int in_progress;                      /* inside the provider's progress (its callbacks run) */
 	uint64_t msgs_sent, msgs_answered;    /* two-sided messages through the provider (a test reads them) */
 	int no_msg;                           /* messages stay on the native link (see prov_open) */
-	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 1 on, else off (-1 unset) */
+	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
 } P = {.ep = {.fd = -1}};
 
 static void prov_atfork_child(void)
@@ -72,7 +72,7 @@ static void decide_once(void)
 	P.decided = 1;
 	pthread_atfork(NULL, NULL, prov_atfork_child);
 	e = getenv("SOFTDOCA_PROVIDER_MESSAGES");
-	P.msg_env = !e || !*e ? -1 : !strcmp(e, "1");
+	P.msg_env = !e || !*e ? -1 : strcmp(e, "0") != 0;
 	e = getenv("SOFTDOCA_PROVIDER");
 	if (!e || !*e || !strcmp(e, "native") || !strcmp(e, "auto"))
 		return;
@@ -123,6 +123,9 @@ static void on_ep(struct sd_ep *ep, uint32_t events);
 struct pdefer;
 static struct pdefer *deferred;
 static struct doca_rdma_connection *pm_tx_list; /* connections with messages awaiting an answer */
+static struct doca_rdma_connection *plinger_head; /* native link ended, answers still due (sd_prov_conn_end) */
+static void plinger_sweep(void);
+static uint64_t plinger_next_ns(void);
 static void deferred_sweep(void);
 
 /* Connections whose provider operation failed: broken after progress (a
@@ -213,6 +216,8 @@ static int prov_progress(void)
 	break_now();
 	if (plost_head)
 		plost_sweep();
+	if (plinger_head)
+		plinger_sweep();
 	if (deferred)
 		deferred_sweep();
 	return n;
@@ -233,7 +238,7 @@ static int prov_arm(int *sleep_ms)
 	if (P.ops->arm(P.p, sleep_ms) != DOCA_SUCCESS)
 		return 1;
 	now = sd_now_ns();
-	due = pm_timers(now);
+	due = sd_min_deadline(pm_timers(now), plinger_next_ns());
 	if (due) { /* a parked message's budget, a message's answer: wake for it */
 		int ms = due <= now ? 0 : (int)((due - now + 999999) / 1000000);
 
@@ -243,7 +248,18 @@ static int prov_arm(int *sleep_ms)
 	return 0;
 }
 
-static const struct sd_eng_hook prov_hook = {.progress = prov_progress, .arm = prov_arm};
+/* The engine stops: what closed connections still send (acknowledgements of
+ * receives this side completed, BYEs) must reach the peers before the
+ * process may leave, as an RC NIC answers before the receive completes. */
+static int prov_drain(void)
+{
+	prov_progress();
+	if (deferred)
+		return 1; /* still in its wire-up: leaving now can abort the peer's UCX (wireup_ep.c assertion) */
+	return P.p && P.ops->closing ? P.ops->closing(P.p) : 0;
+}
+
+static const struct sd_eng_hook prov_hook = {.progress = prov_progress, .arm = prov_arm, .drain = prov_drain};
 
 static void on_ep(struct sd_ep *ep, uint32_t events)
 {
@@ -298,11 +314,11 @@ static doca_error_t prov_open(void)
 			memset(&caps, 0, sizeof(caps));
 			P.ops->query_caps(P.p, &caps);
 			P.max_iov = caps.max_iov;
-			/* messages through the provider only with SOFTDOCA_PROVIDER_MESSAGES=1 (opt-in in
-			 * this release: docs/providers.md); on a polled provider each message and its
-			 * answer wait for the peer's polling (ofi shm without its doorbell: ~1 ms) */
-			P.no_msg = P.msg_env != 1;
-			if (!P.no_msg && (caps.flags & SD_PROV_CAP_POLLED))
+			/* messages through the provider unless SOFTDOCA_PROVIDER_MESSAGES=0, or unset
+			 * where the provider is polled: each message and its answer would wait for
+			 * the peer's polling (ofi shm without its doorbell: ~1 ms; docs/providers.md) */
+			P.no_msg = P.msg_env == 0 || (P.msg_env < 0 && (caps.flags & SD_PROV_CAP_POLLED));
+			if (P.msg_env == 1 && (caps.flags & SD_PROV_CAP_POLLED))
 				SD_WARN("SOFTDOCA_PROVIDER_MESSAGES=1 on a polled provider (%s): every message waits for "
 					"the peer's polling", caps.transport);
 		}
@@ -466,6 +482,7 @@ static void conn_lost(struct doca_rdma_connection *c, const char *fmt, ...)
 	va_end(ap);
 	SD_WARN("rdma: connection %u: %s", c->id, why);
 	sd_conn_set_why(c, why);
+	c->pbroken = 1; /* broken here: what is in flight fails now (no linger) */
 	sd_conn_fail(c, SD_FAIL_LOST);
 }
 
@@ -535,9 +552,17 @@ int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len
 		c->peer_budget_ms = sd_get_le32(b + 20);
 	}
 	rc = P.ops->conn_connect(c->pconn, b + hl, len - hl, &w);
-	if (rc != DOCA_SUCCESS) {
+	if (rc == DOCA_ERROR_CONNECTION_ABORTED) {
+		/* unreachable: usually a peer that left right after its last native
+		 * operation, whose answer the native link still brings (plost_later) */
+		char why[sizeof(c->plost_why)];
+
+		snprintf(why, sizeof(why), "cannot connect to the peer's address: %s", w.msg);
+		P.ops->conn_close(c->pconn);
+		c->pconn = NULL;
+		plost_later(c, why);
+	} else if (rc != DOCA_SUCCESS) {
 		conn_lost(c, "provider %s: cannot connect to the peer's address: %s", P.ops->name, w.msg);
-		return 0;
 	}
 	return 0;
 }
@@ -583,8 +608,61 @@ static void deferred_sweep(void)
 	}
 }
 
-void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status)
+/* The native link ended before the provider connection (linger): the
+ * peer's answers already on their way there (acknowledgements of its
+ * receives, read and atomic responses) complete their operations, as an RC
+ * NIC completes what its peer acknowledged before a disconnect; the rest
+ * fails once the provider connection ends too, or after at most 2 s. */
+#define PLINGER_MAX_NS (2000ull * 1000000ull)
+
+static void plinger_sweep(void)
 {
+	uint64_t now = sd_now_ns();
+
+	for (struct doca_rdma_connection *c = plinger_head, *nx; c; c = nx) {
+		nx = c->plinger_next;
+		if (!c->ptoks || !c->pconn || now >= c->plinger_ns) {
+			sd_prov_conn_end(c, c->plinger_status, 0); /* unlinks c */
+			nx = plinger_head; /* the list changed: again from its head (it is short) */
+		}
+	}
+}
+
+static uint64_t plinger_next_ns(void)
+{
+	uint64_t next = 0;
+
+	for (struct doca_rdma_connection *c = plinger_head; c; c = c->plinger_next)
+		next = sd_min_deadline(next, c->plinger_ns);
+	return next;
+}
+
+static void fail_held(struct doca_rdma_connection *c, doca_error_t status);
+
+void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status, int linger)
+{
+	if (linger && !c->plinger_ns && !c->pbroken && c->pconn && c->pready && c->ptoks && P.p) {
+		uint64_t t = sd_eng_timeout_ns();
+
+		c->plinger_ns = sd_now_ns() + (t < PLINGER_MAX_NS ? t : PLINGER_MAX_NS);
+		c->plinger_status = status;
+		fail_held(c, status); /* never sent: nothing can answer them */
+		sd_pm_conn_end(c, status); /* nothing more is received or acknowledged here */
+		sd_conn_ref(c);
+		c->plinger_next = plinger_head;
+		plinger_head = c;
+		return;
+	}
+	if (c->plinger_ns) { /* now, not later: a context destroyed right after frees its connections */
+		for (struct doca_rdma_connection **pp = &plinger_head; *pp; pp = &(*pp)->plinger_next)
+			if (*pp == c) {
+				*pp = c->plinger_next;
+				break;
+			}
+		c->plinger_next = NULL;
+		c->plinger_ns = 0;
+		sd_conn_unref(c);
+	}
 	if (c->pconn && P.p) {
 		struct pdefer *d = c->pready ? NULL : calloc(1, sizeof(*d));
 
@@ -682,7 +760,7 @@ static enum sd_prov_rx_answer on_rx(void *arg, struct sd_prov_conn *conn, void *
 
 	(void)arg;
 	*ndst = 0;
-	if (!c || deferred_find(conn_ctx) || c->pconn != conn || c->state != SDC_ESTABLISHED)
+	if (!c || deferred_find(conn_ctx) || c->pconn != conn || (c->state != SDC_ESTABLISHED && !c->plinger_ns))
 		return SD_PROV_RX_TAKEN; /* its connection is going: nothing takes it any more */
 	if (!c->pmsg) { /* this side said messages travel on the native link */
 		SD_WARN("rdma: connection %u: unexpected provider message dropped", c->id);
@@ -698,6 +776,8 @@ static enum sd_prov_rx_answer on_rx(void *arg, struct sd_prov_conn *conn, void *
 			h.type = 0; /* malformed: refused below */
 		}
 	}
+	if (c->plinger_ns)
+		return SD_PROV_RX_TAKEN; /* lingering (sd_prov_conn_end): only the peer's answers count */
 	a = sd_pm_rx(c, rx->data && rx->len >= SD_PM_HDR ? &h : NULL, rx, dst, ndst, rx_ctx, &brk);
 	if (brk)
 		break_later(c);
@@ -816,10 +896,15 @@ static void msg_settle(struct ptok *k)
 	struct doca_rdma_connection *c = k->c;
 	struct sd_rtask *t = k->t;
 
-	if (!k->op_seen || !k->acked)
+	/* The peer's answer settles it, even before the local completion: a
+	 * message it acknowledged arrived, as an RC send completes on the ACK
+	 * (the provider may report its op after the peer's answer and even after
+	 * the peer's close; the header must live until then). */
+	if (!k->acked)
 		return;
 	tok_unlink(k);
-	if (t && k->st_op != DOCA_SUCCESS) {
+	k->t = NULL;
+	if (t && k->op_seen && k->st_op != DOCA_SUCCESS) {
 		finish(t, k->st_op, 0);
 	} else if (t && k->st_ack == DOCA_ERROR_TIME_OUT) {
 		sd_rtask_fail(t, DOCA_ERROR_TIME_OUT,
@@ -841,7 +926,10 @@ static void msg_settle(struct ptok *k)
 	} else if (t) {
 		sd_rtask_complete(t, DOCA_SUCCESS);
 	}
-	free(k);
+	if (k->op_seen)
+		free(k);
+	else
+		k->dead = 1; /* op_done frees it */
 }
 
 static void op_done(void *arg, void *op_ctx, doca_error_t status)
@@ -872,7 +960,7 @@ static void op_done(void *arg, void *op_ctx, doca_error_t status)
 		if (status != DOCA_SUCCESS)
 			break_later(c);
 	}
-	if (c->hold_head && !c->pbroken)
+	if (c->hold_head && !c->pbroken && !c->plinger_ns)
 		release_held(c);
 }
 
@@ -899,7 +987,7 @@ static void on_ack(struct doca_rdma_connection *c, const struct sd_pm_hdr *h)
 		msg_settle(k);
 	}
 	c->pm_head_ns = sd_now_ns();
-	if (c->hold_head && !c->pbroken)
+	if (c->hold_head && !c->pbroken && !c->plinger_ns)
 		release_held(c);
 }
 
@@ -922,6 +1010,11 @@ static void fail_ops(struct doca_rdma_connection *c, doca_error_t status)
 	c->pm_head = c->pm_tail = NULL;
 	c->pm_unacked = 0;
 	c->pm_unacked_bytes = 0;
+	fail_held(c, status);
+}
+
+static void fail_held(struct doca_rdma_connection *c, doca_error_t status)
+{
 	while (c->hold_head) {
 		struct sd_rtask *t = c->hold_head;
 

@@ -656,6 +656,15 @@ int ofi_conn_step(struct sd_prov_conn *c)
 	return 1;
 }
 
+int ofi_conn_closing(struct sd_prov *p)
+{
+	int n = 0;
+
+	for (struct sd_prov_conn *c = p ? p->conns : NULL; c; c = c->next)
+		n += c->user_closed; /* freed by the progress that finished its close */
+	return n;
+}
+
 void ofi_conn_close(struct sd_prov_conn *c)
 {
 	if (!c || c->user_closed)

@@ -363,5 +363,6 @@ doca_error_t ofi_reject(struct sd_prov_conn *c, const void *priv, size_t priv_le
 doca_error_t ofi_connect_addr(struct sd_prov *p, const struct sockaddr *addr, socklen_t addr_len, const void *priv,
 			      size_t priv_len, void *ctx, struct sd_prov_conn **conn, struct sd_prov_why *why);
 void ofi_conn_close(struct sd_prov_conn *c);
+int ofi_conn_closing(struct sd_prov *p);
 
 #endif

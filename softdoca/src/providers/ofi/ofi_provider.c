@@ -1152,6 +1152,7 @@ const struct sd_provider_ops sd_provider_ofi = {
 	.conn_set_ctx = o_conn_set_ctx,
 	.conn_transport = o_conn_transport,
 	.conn_close = ofi_conn_close,
+	.closing = ofi_conn_closing,
 	.write = ofi_op_write,
 	.read = ofi_op_read,
 	.atomic_fadd = ofi_op_fadd,

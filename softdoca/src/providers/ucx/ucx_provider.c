@@ -2100,6 +2100,15 @@ static doca_error_t u_connect_addr(struct sd_prov *p, const struct sockaddr *add
 	return DOCA_SUCCESS;
 }
 
+static int u_closing(struct sd_prov *p)
+{
+	int n = 0;
+
+	for (struct uconn *c = p ? p->conns : NULL; c; c = c->next)
+		n += c->closed_by_user && c->state == CS_CLOSING && c->ep != NULL; /* its flush is not done */
+	return n;
+}
+
 static void u_conn_set_ctx(struct sd_prov_conn *pc, void *ctx)
 {
 	if (pc)
@@ -2418,6 +2427,7 @@ const struct sd_provider_ops sd_provider_ucx = {
 	.conn_set_ctx = u_conn_set_ctx,
 	.conn_transport = u_conn_transport,
 	.conn_close = u_conn_close,
+	.closing = u_closing,
 	.write = u_write,
 	.read = u_read,
 	.atomic_fadd = u_fadd,
