@@ -34,6 +34,8 @@
 #define _GNU_SOURCE
 #include "ofi_internal.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -601,6 +603,45 @@ int ofi_conn_deadlines(struct sd_prov *p)
 	return n;
 }
 
+/* shm: is the peer's process gone (exited, or a zombie)? Its endpoint name
+ * carries its pid (shm_name, ofi_provider.c). Nothing more is sent to such a
+ * peer: shm 1.17 keeps each endpoint's queue lock in shared memory, and a
+ * process killed while it held the lock leaves every sender spinning inside
+ * libfabric; a closing connection's BYE to a dead peer was such a send. */
+static int peer_gone(const struct sd_prov_conn *c)
+{
+	static const char pre[] = "fi_shm://sdofi-";
+	char buf[64], path[64], st = 0;
+	size_t n = c->peer_name_len;
+	long pid;
+	char *end;
+	FILE *f;
+
+	if (n < sizeof(pre) || memcmp(c->peer_name, pre, sizeof(pre) - 1))
+		return 0;
+	n -= sizeof(pre) - 1;
+	if (n > sizeof(buf) - 1)
+		n = sizeof(buf) - 1;
+	memcpy(buf, c->peer_name + sizeof(pre) - 1, n);
+	buf[n] = 0;
+	pid = strtol(buf, &end, 10);
+	if (pid <= 0 || *end != '-')
+		return 0;
+	if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+		return 1;
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	f = fopen(path, "r");
+	if (f) { /* "pid (comm) S ...": the state follows the last ')' */
+		char line[512];
+		char *rp = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+
+		if (rp && rp[1] == ' ')
+			st = rp[2];
+		fclose(f);
+	}
+	return st == 'Z' || st == 'X';
+}
+
 /* inside progress: failure teardown, kept events, closing; 1 when c was freed */
 int ofi_conn_step(struct sd_prov_conn *c)
 {
@@ -634,7 +675,9 @@ int ofi_conn_step(struct sd_prov_conn *c)
 		return 0;
 	if (c->state == CS_ESTABLISHED || c->state == CS_CLOSING) {
 		c->state = CS_CLOSING;
-		if ((c->out_head || c->pend_head) && ofi_now_ns() < c->deadline_ns)
+		int gone = peer_gone(c);
+
+		if ((c->out_head || c->pend_head) && ofi_now_ns() < c->deadline_ns && !gone)
 			return 0;
 		if (p->ch.ep_type == FI_EP_MSG && c->ep) { /* MSG: ops left past the deadline fail; the peer sees FI_SHUTDOWN */
 			fi_shutdown(c->ep, 0);
@@ -642,8 +685,10 @@ int ofi_conn_step(struct sd_prov_conn *c)
 			ofi_fail_ops(c, DOCA_ERROR_CONNECTION_RESET, 0);
 		} else {
 			ofi_fail_ops(c, DOCA_ERROR_CONNECTION_RESET, 0);
-			ofi_send_ctrl(c, M_BYE, 0, 0, 0, 0);
-			ofi_fail_ops(c, DOCA_ERROR_CONNECTION_RESET, 1); /* the BYE: an orphan */
+			if (!gone) {
+				ofi_send_ctrl(c, M_BYE, 0, 0, 0, 0);
+				ofi_fail_ops(c, DOCA_ERROR_CONNECTION_RESET, 1); /* the BYE: an orphan */
+			}
 		}
 	} else {
 		ofi_msg_ep_teardown(c);
