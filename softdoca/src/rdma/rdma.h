@@ -624,6 +624,18 @@ struct sd_eng_hook {
 void sd_eng_set_hook(const struct sd_eng_hook *hook, struct sd_ep *ep);
 const struct sd_eng_hook *sd_eng_get_hook(void);
 /* The earlier of two deadlines, 0 meaning none. */
+/* Unlink c from a singly linked list of connections threaded through its
+ * field `next` (the bridge's lists; a context destroyed right after frees its
+ * connections, so they leave those lists when they end). */
+#define SD_CONN_LIST_REMOVE(head, c, next)                                                   \
+	do {                                                                                 \
+		for (struct doca_rdma_connection **pp_ = (head); *pp_; pp_ = &(*pp_)->next) \
+			if (*pp_ == (c)) {                                                   \
+				*pp_ = (c)->next;                                            \
+				break;                                                       \
+			}                                                                    \
+		(c)->next = NULL;                                                            \
+	} while (0)
 static inline uint64_t sd_min_deadline(uint64_t a, uint64_t b)
 {
 	if (!a)

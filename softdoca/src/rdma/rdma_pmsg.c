@@ -427,12 +427,7 @@ void sd_pm_conn_end(struct doca_rdma_connection *c, doca_error_t status)
 	}
 	c->pm_dead = 1;
 	if (c->pm_listed) { /* a context destroyed right after frees its connections whatever their references */
-		for (struct doca_rdma_connection **pp = &active; *pp; pp = &(*pp)->pm_next)
-			if (*pp == c) {
-				*pp = c->pm_next;
-				break;
-			}
-		c->pm_next = NULL;
+		SD_CONN_LIST_REMOVE(&active, c, pm_next);
 		c->pm_listed = 0;
 		sd_conn_unref(c);
 	}

@@ -654,12 +654,7 @@ void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status, int l
 		return;
 	}
 	if (c->plinger_ns) { /* now, not later: a context destroyed right after frees its connections */
-		for (struct doca_rdma_connection **pp = &plinger_head; *pp; pp = &(*pp)->plinger_next)
-			if (*pp == c) {
-				*pp = c->plinger_next;
-				break;
-			}
-		c->plinger_next = NULL;
+		SD_CONN_LIST_REMOVE(&plinger_head, c, plinger_next);
 		c->plinger_ns = 0;
 		sd_conn_unref(c);
 	}
@@ -681,12 +676,7 @@ void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status, int l
 	fail_ops(c, status);
 	sd_pm_conn_end(c, status);
 	if (c->pm_tx_listed) { /* a context destroyed right after frees its connections whatever their references */
-		for (struct doca_rdma_connection **pp = &pm_tx_list; *pp; pp = &(*pp)->pm_tx_next)
-			if (*pp == c) {
-				*pp = c->pm_tx_next;
-				break;
-			}
-		c->pm_tx_next = NULL;
+		SD_CONN_LIST_REMOVE(&pm_tx_list, c, pm_tx_next);
 		c->pm_tx_listed = 0;
 		sd_conn_unref(c);
 	}
