@@ -150,6 +150,62 @@ def test_compare_quick(tmp_path: Path) -> None:
             assert name in measures and name in out.stdout, name
     rows = [name for name, _, b, _, _ in RATIOS if b.startswith(("pyzmq", "ucxx", "grpc"))]
     assert len(rows) >= 7 and all(name in out.stdout for name in rows)   # shown, with a ratio or 'peer missing'
+    from pydoca.perftest.compare import _ofi_provider_ready
+    if _ofi_provider_ready():                  # the ofi provider's rows (issue 24), the target engine polling too
+        for key in ("pydoca_ofi_tcp_lat_write_8B_polling_us", "pydoca_ofi_tcp_lat_write_8B_polling_tspin_us",
+                    "pydoca_ofi_shm_lat_write_8B_polling_us", "pydoca_ofi_tcp_bw_write_1MiB_tspin_MBps"):
+            assert med[key] > 0, key
+        if shutil.which("fi_pingpong"):
+            assert med["fi_pingpong_tcp_rtt_us"] > 0 and med["fi_pingpong_shm_rtt_us"] > 0
+        assert med["ofi_raw_tcp_write_1MiB_MBps"] or "ofi raw program" in r["missing"]
+    else:
+        assert "ofi provider" in r["missing"]
+
+
+def test_target_spin_reaches_the_target_alone(tmp_path: Path) -> None:
+    """--target-spin US: SOFTDOCA_SPIN_US=US in the target process's environment, not in the initiator's; the
+    JSON records it (0 by default)."""
+    import os
+    from pydoca.perftest.session import BenchError, Session
+    with Session("write", 8, target_spin_us=700) as s:
+        env = (Path("/proc") / str(s.target.proc.pid) / "environ").read_bytes().split(b"\0")
+        assert b"SOFTDOCA_SPIN_US=700" in env
+        assert s.latency(5)
+    assert os.environ.get("SOFTDOCA_SPIN_US") != "700"
+    with pytest.raises(BenchError, match="between 0 and 100000"):
+        Session("write", 8, target_spin_us=200_000)
+    f = tmp_path / "l.json"
+    out = bench("lat", "--iterations", "20", "--rounds", "1", "--target-spin", "300", "--json", str(f))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(f.read_text())["target_spin_us"] == 300 and "target engine polling 300 us" in out.stdout
+    out = bench("rate", "--iterations", "64", "--outstanding", "8", "--rounds", "1", "--json", str(f))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(f.read_text())["target_spin_us"] == 0
+
+
+def test_fi_pingpong_and_the_raw_libfabric_program(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The ofi rows' peers: fi_pingpong's round trip (twice its usec/xfer), the raw libfabric program's MB/s,
+    and a reason with the fix where the program is not built."""
+    import shutil
+    from pydoca.perftest import compare
+    monkeypatch.setattr(compare, "MISSING", {})
+    monkeypatch.setenv("PYDOCA_OFI_RAW_BW", str(tmp_path / "nothing"))
+    assert compare._ofi_raw_MBps("tcp") is None
+    assert "make -C softdoca build/bench/ofi_raw_bw" in compare.MISSING["ofi raw program"]
+    if not shutil.which("fi_pingpong"):
+        pytest.skip("fi_pingpong not installed (Debian: libfabric-bin)")
+    rtt = compare._fi_pingpong_rtt_us("tcp", 2000)
+    assert rtt is not None and 0 < rtt < 10_000
+    root = Path(__file__).resolve().parent.parent
+    raw = root / "softdoca" / "build" / "bench" / "ofi_raw_bw"
+    if not raw.exists():
+        made = subprocess.run(["make", "-s", "-C", str(root / "softdoca"), "build/bench/ofi_raw_bw"],
+                              capture_output=True, text=True, timeout=120)
+        if made.returncode != 0:
+            pytest.skip(f"the raw libfabric program does not build here: {made.stderr[-300:]}")
+    monkeypatch.setenv("PYDOCA_OFI_RAW_BW", str(raw))
+    got = compare._ofi_raw_MBps("tcp")
+    assert got is not None and got > 0 and "ofi raw program" not in compare.MISSING
 
 
 @pytest.mark.parametrize("peer", ["zmq", "ucxx", "grpc"])

@@ -49,6 +49,11 @@ def _common(p: argparse.ArgumentParser, kind: str, *, op: bool = True, default_s
     if op:
         p.add_argument("--memory", default="shared", choices=("shared", "private"),
                        help="the target's registered memory: pydoca.shared_memory (a memfd, default) or a bytearray")
+        p.add_argument("--target-spin", type=count(0), default=0, metavar="US",
+                       help="softdoca: the target's engine thread polls US microseconds after each event before "
+                            "it sleeps (SOFTDOCA_SPIN_US of the target alone), as ucx_perftest's and "
+                            "fi_pingpong's targets poll (default 0: it sleeps, and each operation pays its "
+                            "wake-up)")
 
 
 def _iterations(p: argparse.ArgumentParser, default: int, what: str) -> None:
@@ -127,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     kw: Dict[str, Any] = {"rounds": args.rounds, "progress": args.progress, "transport": args.transport}
     if kind != "peer":
         kw.update(op=args.op, size=args.size, memory=args.memory)
+        if args.target_spin:
+            kw["target_spin_us"] = args.target_spin
     if getattr(args, "iterations", None):
         kw["iterations"] = args.iterations
     if hasattr(args, "outstanding"):

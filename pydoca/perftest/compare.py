@@ -148,6 +148,7 @@ def one_round(quick: bool) -> Dict[str, Optional[float]]:
     f.update(_peer_layer(n))
     f.update(_python_peers(n))
     f.update(_ucx_provider(n))
+    f.update(_ofi_provider(n))
     return f
 
 
@@ -177,8 +178,9 @@ def _bench_child(kind: str, args: List[str], env: Dict[str, str]) -> Optional[Di
 def _ucx_provider(n: int) -> Dict[str, Optional[float]]:
     """softdoca with SOFTDOCA_PROVIDER=ucx (issue 22): UCX over tcp and over shared memory under the DOCA API,
     against ucx_perftest on the same transport (its rows in RATIOS)."""
-    keys = ("pydoca_ucx_tcp_lat_write_8B_polling_us", "pydoca_ucx_tcp_rate_write_8B_batch_ops",
-            "pydoca_ucx_shm_lat_write_8B_polling_us", "pydoca_ucx_shm_bw_write_1MiB_MBps")
+    keys = ("pydoca_ucx_tcp_lat_write_8B_polling_us", "pydoca_ucx_tcp_lat_write_8B_polling_tspin_us",
+            "pydoca_ucx_tcp_rate_write_8B_batch_ops", "pydoca_ucx_shm_lat_write_8B_polling_us",
+            "pydoca_ucx_shm_lat_write_8B_polling_tspin_us", "pydoca_ucx_shm_bw_write_1MiB_MBps")
     f: Dict[str, Optional[float]] = {k: None for k in keys}
     if not _ucx_provider_ready():
         MISSING["ucx provider"] = "softdoca built without UCX's headers or libucp absent (Debian: libucx-dev)"
@@ -189,6 +191,10 @@ def _ucx_provider(n: int) -> Dict[str, Optional[float]]:
         lat = _bench_child("lat", ["--op", "write", "--size", "8", "--progress", "polling", "--iterations", str(n)],
                            env)
         f[f"pydoca_ucx_{tag}_lat_write_8B_polling_us"] = lat["p50_us"] if lat else None
+        # the same with the target's engine thread polling, as ucx_perftest's target polls its worker
+        lat = _bench_child("lat", ["--op", "write", "--size", "8", "--progress", "polling", "--iterations", str(n),
+                                   "--target-spin", str(TARGET_SPIN_US)], env)
+        f[f"pydoca_ucx_{tag}_lat_write_8B_polling_tspin_us"] = lat["p50_us"] if lat else None
         if tag == "tcp":
             rate = _bench_child("rate", ["--op", "write", "--size", "8", "--batch", "--iterations", str(100 * n)],
                                 env)
@@ -197,6 +203,111 @@ def _ucx_provider(n: int) -> Dict[str, Optional[float]]:
             bw = _bench_child("bw", ["--op", "write", "--size", "1MiB", "--outstanding", "8", "--batch",
                                      "--one-buffer", "--iterations", str(max(64, n // 3))], env)
             f["pydoca_ucx_shm_bw_write_1MiB_MBps"] = bw["MBps"] if bw else None
+    return f
+
+
+#: the target's engine spin of the "target engine polling" rows (bench --target-spin), microseconds
+TARGET_SPIN_US = 1000
+
+
+def _ofi_provider_ready() -> bool:
+    """softdoca built with its ofi provider, and libfabric found (docs/providers.md)."""
+    import ctypes.util
+    from .._native import soft_fn
+    if backend_name() != "soft":
+        return False
+    built = soft_fn("softdoca_providers_built", ctypes.c_char_p)
+    return (built is not None and b"ofi" in (built() or b"").split(b",")
+            and ctypes.util.find_library("fabric") is not None)
+
+
+def _fi_pingpong_rtt_us(fabric: str, iters: int) -> Optional[float]:
+    """The round trip of libfabric's own ``fi_pingpong`` (libfabric-bin), 8 B: twice its usec/xfer (one
+    transfer is one way); tcp on MSG endpoints, shm on RDM ones, as the ofi provider uses them."""
+    exe = shutil.which("fi_pingpong")
+    if exe is None:
+        return None
+    port = free_port()
+    args = ["-p", fabric, "-e", "msg" if fabric == "tcp" else "rdm", "-S", "8", "-I", str(iters)]
+    server = subprocess.Popen([exe, *args, "-B", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(10):                 # the server may not listen yet on a loaded machine: try again
+            time.sleep(0.3)
+            out = subprocess.run([exe, *args, "-P", str(port), "127.0.0.1"], capture_output=True, text=True,
+                                 timeout=60)
+            lines = [ln.split() for ln in out.stdout.splitlines() if ln.strip()]
+            if out.returncode == 0 and len(lines) >= 2 and len(lines[-1]) == len(lines[0]) and \
+                    "usec/xfer" in lines[0]:
+                return 2 * float(lines[-1][lines[0].index("usec/xfer")])
+            if server.poll() is not None:
+                return None
+        return None
+    except (subprocess.TimeoutExpired, ValueError):
+        return None
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+def _ofi_raw_exe() -> Optional[str]:
+    """softdoca's raw libfabric program (softdoca/bench/ofi_raw_bw.c, built by ``make -C softdoca
+    build/bench/ofi_raw_bw``): PYDOCA_OFI_RAW_BW, else the build folder of a source tree."""
+    exe = os.environ.get("PYDOCA_OFI_RAW_BW")
+    if exe:
+        return exe if os.access(exe, os.X_OK) else None
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "softdoca", "build", "bench", "ofi_raw_bw")
+    return here if os.access(here, os.X_OK) else None
+
+
+def _ofi_raw_MBps(fabric: str) -> Optional[float]:
+    """1 MiB writes, 16 in flight, one buffer each side, delivery-complete (a DOCA write's completion), from the
+    raw libfabric program: its median MB/s (2^20 bytes/us)."""
+    exe = _ofi_raw_exe()
+    if exe is None:
+        MISSING["ofi raw program"] = ("softdoca/bench/ofi_raw_bw not built: make -C softdoca build/bench/ofi_raw_bw "
+                                      "(or set PYDOCA_OFI_RAW_BW)")
+        return None
+    MISSING.pop("ofi raw program", None)
+    try:
+        out = subprocess.run([exe, "--dc"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "FI_PROVIDER": fabric})
+        got = [w for w in out.stdout.split() if w.startswith("write1M_MBps_median=")]
+        # the program divides bytes by microseconds: 10^6 bytes/s, as MBps everywhere here
+        return float(got[0].split("=", 1)[1]) if got else None
+    except (subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+def _ofi_provider(n: int) -> Dict[str, Optional[float]]:
+    """softdoca with SOFTDOCA_PROVIDER=ofi (issue 24), over libfabric's tcp and shm, against fi_pingpong and the
+    raw libfabric program on the same fabric (their rows in RATIOS)."""
+    keys = ("pydoca_ofi_tcp_lat_write_8B_polling_us", "pydoca_ofi_tcp_lat_write_8B_polling_tspin_us",
+            "pydoca_ofi_shm_lat_write_8B_polling_us", "pydoca_ofi_tcp_bw_write_1MiB_tspin_MBps",
+            "fi_pingpong_tcp_rtt_us", "fi_pingpong_shm_rtt_us", "ofi_raw_tcp_write_1MiB_MBps")
+    f: Dict[str, Optional[float]] = {k: None for k in keys}
+    if not _ofi_provider_ready():
+        MISSING["ofi provider"] = ("softdoca built without libfabric's headers or libfabric absent (Debian: "
+                                   "libfabric-dev)")
+        return f
+    MISSING.pop("ofi provider", None)
+    lat_args = ["--op", "write", "--size", "8", "--progress", "polling", "--iterations", str(n)]
+    tcp = {"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "tcp"}
+    lat = _bench_child("lat", lat_args, tcp)
+    f["pydoca_ofi_tcp_lat_write_8B_polling_us"] = lat["p50_us"] if lat else None
+    lat = _bench_child("lat", lat_args + ["--target-spin", str(TARGET_SPIN_US)], tcp)
+    f["pydoca_ofi_tcp_lat_write_8B_polling_tspin_us"] = lat["p50_us"] if lat else None
+    # shm has no wait object: a write waits for the target's engine to poll (every millisecond); fewer of them
+    lat = _bench_child("lat", ["--op", "write", "--size", "8", "--progress", "polling", "--iterations",
+                               str(max(50, n // 10))], {"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "shm"})
+    f["pydoca_ofi_shm_lat_write_8B_polling_us"] = lat["p50_us"] if lat else None
+    # the raw program's footprint: one 1 MiB buffer each side, 16 in flight, its target polling
+    bw = _bench_child("bw", ["--op", "write", "--size", "1MiB", "--outstanding", "16", "--one-buffer",
+                             "--iterations", "512", "--target-spin", str(TARGET_SPIN_US)], tcp)
+    f["pydoca_ofi_tcp_bw_write_1MiB_tspin_MBps"] = bw["MBps"] if bw else None
+    f["fi_pingpong_tcp_rtt_us"] = _fi_pingpong_rtt_us("tcp", 10 * n)
+    f["fi_pingpong_shm_rtt_us"] = _fi_pingpong_rtt_us("shm", 10 * n)
+    f["ofi_raw_tcp_write_1MiB_MBps"] = _ofi_raw_MBps("tcp")
     return f
 
 
@@ -280,12 +391,26 @@ RATIOS: List[Tuple[str, str, str, str, Callable[[float], bool]]] = [
     # softdoca's ucx provider (SOFTDOCA_PROVIDER=ucx) against UCX's own tool on the same transport (issue 22)
     ("ucx provider, tcp: 8 B write latency (polling) / UCX put_lat RTT", "pydoca_ucx_tcp_lat_write_8B_polling_us",
      "ucx_tcp_put_lat_rtt_us", "<= 1.5x", lambda r: r <= 1.5),
+    ("ucx provider, tcp: 8 B write latency (polling, target engine polling) / UCX put_lat RTT",
+     "pydoca_ucx_tcp_lat_write_8B_polling_tspin_us", "ucx_tcp_put_lat_rtt_us", "<= 1.5x", lambda r: r <= 1.5),
     ("ucx provider, tcp: 8 B write rate, task batches / UCX put_bw", "pydoca_ucx_tcp_rate_write_8B_batch_ops",
      "ucx_tcp_put_bw_8B_ops", ">= 1.0", lambda r: r >= 1),
     ("ucx provider, posix+cma: 8 B write latency (polling) / UCX posix,cma RTT",
      "pydoca_ucx_shm_lat_write_8B_polling_us", "ucx_shm_put_lat_rtt_us", "<= 10x", lambda r: r <= 10),
+    ("ucx provider, posix+cma: 8 B write latency (polling, target engine polling) / UCX posix,cma RTT",
+     "pydoca_ucx_shm_lat_write_8B_polling_tspin_us", "ucx_shm_put_lat_rtt_us", "<= 10x", lambda r: r <= 10),
     ("ucx provider, posix+cma: 1 MiB write bandwidth, batches of 8, one buffer / numpy memcpy",
      "pydoca_ucx_shm_bw_write_1MiB_MBps", "numpy_memcpy_1MiB_MBps", ">= 1.0", lambda r: r >= 1),
+    # softdoca's ofi provider (SOFTDOCA_PROVIDER=ofi) against libfabric's own figures on the same fabric (issue 24)
+    ("ofi provider, tcp: 8 B write latency (polling) / fi_pingpong tcp RTT", "pydoca_ofi_tcp_lat_write_8B_polling_us",
+     "fi_pingpong_tcp_rtt_us", "<= 2x", lambda r: r <= 2),
+    ("ofi provider, tcp: 8 B write latency (polling, target engine polling) / fi_pingpong tcp RTT",
+     "pydoca_ofi_tcp_lat_write_8B_polling_tspin_us", "fi_pingpong_tcp_rtt_us", "<= 2x", lambda r: r <= 2),
+    ("ofi provider, shm: 8 B write latency (polling) / fi_pingpong shm RTT", "pydoca_ofi_shm_lat_write_8B_polling_us",
+     "fi_pingpong_shm_rtt_us", "<= 10x", lambda r: r <= 10),
+    ("ofi provider, tcp: 1 MiB write bandwidth, 16 outstanding, one buffer / raw libfabric fi_write (delivery "
+     "complete)", "pydoca_ofi_tcp_bw_write_1MiB_tspin_MBps", "ofi_raw_tcp_write_1MiB_MBps", ">= 0.9",
+     lambda r: r >= 0.9),
 ]
 
 

@@ -37,14 +37,18 @@ def _base(kind: str, op: str, size: int, iterations: int, rounds: int, transport
            "provider_transport": session.provider_transport if session is not None else None}
     if session is not None:
         out["memory"] = session.memory
+        # the target's engine thread polled this long after each event (SOFTDOCA_SPIN_US of the target; 0: it
+        # slept between operations, its default)
+        out["target_spin_us"] = session.target_spin_us
     return out
 
 
 def lat(op: str, size: int, *, iterations: int = 2000, rounds: int = 5, progress: str = "blocking",
-        transport: str = "tcp", memory: str = "shared", tick: Tick = None) -> Dict[str, Any]:
+        transport: str = "tcp", memory: str = "shared", target_spin_us: int = 0, tick: Tick = None) -> Dict[str, Any]:
     """Completion time of one operation at a time (a full round trip)."""
     p50s, p99s = [], []
-    with Session(op, size, progress=progress, transport=transport, memory=memory) as s:
+    with Session(op, size, progress=progress, transport=transport, memory=memory,
+                 target_spin_us=target_spin_us) as s:
         s.latency(max(10, iterations // 10))                            # warm-up
         for _ in range(rounds):
             got = s.latency(iterations)
@@ -60,10 +64,10 @@ def lat(op: str, size: int, *, iterations: int = 2000, rounds: int = 5, progress
 
 def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, rounds: int, progress: str,
               transport: str, tick: Tick, batch: bool = False, memory: str = "shared",
-              connections: int = 1, one_buffer: bool = False) -> Dict[str, Any]:
+              connections: int = 1, one_buffer: bool = False, target_spin_us: int = 0) -> Dict[str, Any]:
     rates, cpu, p50s, p99s = [], [], [], []
     with Session(op, size, slots=outstanding, progress=progress, transport=transport, memory=memory,
-                 connections=connections, one_buffer=one_buffer) as s:
+                 connections=connections, one_buffer=one_buffer, target_spin_us=target_spin_us) as s:
         measure = s.batched if batch else s.windowed
         iterations = max(outstanding, iterations // outstanding * outstanding) if batch else iterations
         measure(max(outstanding, iterations // 10))                     # warm-up
@@ -89,7 +93,8 @@ def _windowed(kind: str, op: str, size: int, outstanding: int, iterations: int, 
 
 def bw(op: str, size: int, *, outstanding: int = 4, iterations: int = 0, rounds: int = 5,
        progress: str = "blocking", transport: str = "tcp", memory: str = "shared", batch: bool = False,
-       connections: int = 1, one_buffer: bool = False, tick: Tick = None) -> Dict[str, Any]:
+       connections: int = 1, one_buffer: bool = False, target_spin_us: int = 0,
+       tick: Tick = None) -> Dict[str, Any]:
     """Throughput with ``outstanding`` operations in flight (MBps = 10^6 bytes/s), spread round-robin over
     ``connections`` connections (outstanding is rounded up to a multiple of them); ``one_buffer``: all of
     them from one source buffer into one destination (iperf3's memory footprint)."""
@@ -98,15 +103,16 @@ def bw(op: str, size: int, *, outstanding: int = 4, iterations: int = 0, rounds:
         raise BenchError(f"connections must be >= 1, got {connections}")
     outstanding = -(-outstanding // connections) * connections
     return _windowed("bw", op, size, outstanding, iterations, rounds, progress, transport, tick, batch, memory,
-                     connections, one_buffer)
+                     connections, one_buffer, target_spin_us)
 
 
 def rate(op: str, size: int, *, outstanding: int = 128, iterations: int = 20000, rounds: int = 5,
          progress: str = "blocking", transport: str = "tcp", batch: bool = False, memory: str = "shared",
-         tick: Tick = None) -> Dict[str, Any]:
+         target_spin_us: int = 0, tick: Tick = None) -> Dict[str, Any]:
     """Message rate with ``outstanding`` operations in flight, and CPU time of the submitting thread per task;
     ``batch``: ``outstanding`` tasks submitted and completed as one TaskBatch at a time."""
-    return _windowed("rate", op, size, outstanding, iterations, rounds, progress, transport, tick, batch, memory)
+    return _windowed("rate", op, size, outstanding, iterations, rounds, progress, transport, tick, batch, memory,
+                     target_spin_us=target_spin_us)
 
 
 PEER_SPEC = """\
@@ -240,7 +246,8 @@ def describe(r: Dict[str, Any]) -> List[str]:
             f"{_n(r['iterations'], 'operation')}" + (f", {r['outstanding']} outstanding" if 'outstanding' in r else "")
             + (f" over {r['connections']} connections" if r.get("connections", 1) > 1 else "")
             + (" (task batches)" if r.get("batched") else "")
-            + (", one buffer each side" if r.get("one_buffer") else ""))
+            + (", one buffer each side" if r.get("one_buffer") else "")
+            + (f", target engine polling {r['target_spin_us']} us" if r.get("target_spin_us") else ""))
     if r["bench"] == "peer":
         head = (f"pydoca bench peer: backend {r['backend']}, transport {r['transport']}, "
                 f"{r.get('progress', 'blocking')} progress, {_n(r['rounds'], 'round')} (medians; spread min-max over rounds)")

@@ -44,6 +44,22 @@ def transport_env(transport: str) -> Dict[str, str]:
             "PYDOCA_BACKEND": backend_name()}
 
 
+def target_env(transport: str, spin_us: int = 0) -> Dict[str, str]:
+    """The target's environment: :func:`transport_env`, and with ``spin_us`` > 0 ``SOFTDOCA_SPIN_US`` for the
+    target alone: its engine thread (softdoca's NIC) polls that long after each event before it sleeps, as
+    ``ucx_perftest``'s and ``fi_pingpong``'s targets poll, so a one-sided operation does not pay a thread
+    wake-up at the target. Real DOCA has no such thread: a NIC serves one-sided operations itself."""
+    env = transport_env(transport)
+    if spin_us < 0 or spin_us > 100_000:
+        raise BenchError(f"--target-spin must be between 0 and 100000 microseconds, got {spin_us}")
+    if spin_us:
+        if backend_name() != "soft":
+            raise BenchError("--target-spin sets softdoca's engine spin (SOFTDOCA_SPIN_US); with real DOCA the "
+                             "NIC serves one-sided operations: leave --target-spin out")
+        env["SOFTDOCA_SPIN_US"] = str(spin_us)
+    return env
+
+
 def _soft_has_transports() -> bool:
     """True when the loaded softdoca honours SOFTDOCA_TRANSPORT (exports softdoca_transport_name)."""
     import ctypes
@@ -106,7 +122,8 @@ class Session:
 
     def __init__(self, op: str, size: int, *, slots: int = 1, progress: str = "blocking",
                  transport: str = "tcp", memory: str = "shared", connections: int = 1,
-                 one_buffer: bool = False, target_progress: Optional[str] = None) -> None:
+                 one_buffer: bool = False, target_progress: Optional[str] = None,
+                 target_spin_us: int = 0) -> None:
         if op not in OPS:
             raise BenchError(f"unknown op {op!r}: one of {', '.join(OPS)}")
         if op in ATOMIC and size != 8:
@@ -127,7 +144,8 @@ class Session:
         #: the provider's own transports its connection used (docs/providers.md); None: the native link
         self.provider_transport: Optional[str] = None
         self.stack = ExitStack()
-        self.target = Target(transport_env(transport))
+        self.target_spin_us = target_spin_us
+        self.target = Target(target_env(transport, target_spin_us))
         self.stack.callback(self.target.close)
         try:
             self._open(progress, target_progress or progress)
@@ -274,4 +292,4 @@ class Session:
         self.close()
 
 
-__all__ = ["BenchError", "Session", "Target", "backend_name", "transport_env"]
+__all__ = ["BenchError", "Session", "Target", "backend_name", "target_env", "transport_env"]
