@@ -25,13 +25,18 @@ from .session import backend_name
 from .summary import TcpBench, _spawn, free_port, timed
 
 
-def _ucx(test: str, size: int, iters: int, tls: str) -> Optional[Tuple[float, float]]:
-    """(p50 one-way latency us, message rate /s) of ``ucx_perftest -t test``; None when unavailable."""
+def _ucx(test: str, size: int, iters: int, tls: str, app_memory: bool = False) -> Optional[Tuple[float, float]]:
+    """(p50 one-way latency us, message rate /s) of ``ucx_perftest -t test``; None when unavailable.
+    ``app_memory``: its buffers from the heap (``UCX_ALLOC_PRIO=heap``), as a DOCA mmap registers the
+    application's memory, instead of shared segments UCX allocates and the peer maps (which UCX 1.13's
+    shared-memory put needs for its one-copy path)."""
     exe = shutil.which("ucx_perftest")
     if exe is None:
         return None
     port = free_port()
     env = {**os.environ, "UCX_TLS": tls, "UCX_NET_DEVICES": "lo" if tls == "tcp" else "all"}
+    if app_memory:
+        env["UCX_ALLOC_PRIO"] = "heap"
     server = subprocess.Popen([exe, "-p", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
@@ -138,9 +143,11 @@ def one_round(quick: bool) -> Dict[str, Optional[float]]:
     ucx_lat = _ucx("ucp_put_lat", 8, 10 * n, "tcp")
     ucx_bw = _ucx("ucp_put_bw", 8, 100 * n, "tcp")
     ucx_shm = _ucx("ucp_put_lat", 8, 10 * n, "posix,cma")
+    ucx_shm_app = _ucx("ucp_put_lat", 8, 10 * n, "posix,cma", app_memory=True)
     f["ucx_tcp_put_lat_rtt_us"] = None if ucx_lat is None else 2 * ucx_lat[0]
     f["ucx_tcp_put_bw_8B_ops"] = None if ucx_bw is None else ucx_bw[1]
     f["ucx_shm_put_lat_rtt_us"] = None if ucx_shm is None else 2 * ucx_shm[0]
+    f["ucx_shm_app_memory_put_lat_rtt_us"] = None if ucx_shm_app is None else 2 * ucx_shm_app[0]
     f["one_million_ops"] = 1e6 if shm else None        # the same-host rate target, as a fixed peer
     f["iperf3_1M_MBps"] = _iperf3(1.0 if quick else 2.0)
     f["numpy_memcpy_1MiB_MBps"] = _memcpy_MBps(n=200 if quick else 2000)
@@ -399,6 +406,10 @@ RATIOS: List[Tuple[str, str, str, str, Callable[[float], bool]]] = [
      "pydoca_ucx_shm_lat_write_8B_polling_us", "ucx_shm_put_lat_rtt_us", "<= 10x", lambda r: r <= 10),
     ("ucx provider, posix+cma: 8 B write latency (polling, target engine polling) / UCX posix,cma RTT",
      "pydoca_ucx_shm_lat_write_8B_polling_tspin_us", "ucx_shm_put_lat_rtt_us", "<= 10x", lambda r: r <= 10),
+    # ucx_perftest on the application's memory (UCX_ALLOC_PRIO=heap), the memory a DOCA mmap registers
+    ("ucx provider, posix+cma: 8 B write latency (polling, target engine polling) / UCX posix,cma RTT on "
+     "application memory", "pydoca_ucx_shm_lat_write_8B_polling_tspin_us", "ucx_shm_app_memory_put_lat_rtt_us",
+     "<= 10x", lambda r: r <= 10),
     ("ucx provider, posix+cma: 1 MiB write bandwidth, batches of 8, one buffer / numpy memcpy",
      "pydoca_ucx_shm_bw_write_1MiB_MBps", "numpy_memcpy_1MiB_MBps", ">= 1.0", lambda r: r >= 1),
     # softdoca's ofi provider (SOFTDOCA_PROVIDER=ofi) against libfabric's own figures on the same fabric (issue 24)
