@@ -127,3 +127,34 @@ def test_doctor_and_bench_show_ofi_in_use(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(f.read_text())
     assert out["provider"] == "ofi" and out["provider_transport"] == "tcp", out
+
+
+SPIN_CHILD = """
+import os, sys, time
+from pydoca.perftest.session import Session
+
+def cpu(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+with Session("write", 8, target_spin_us=int(sys.argv[1])) as s:
+    assert s.latency(20)                   # connected, a few writes served
+    pid = s.target.proc.pid
+    c0, t0 = cpu(pid), time.monotonic()
+    time.sleep(1.0)                        # idle: nothing posted
+    print((cpu(pid) - c0) / (time.monotonic() - t0))
+"""
+
+
+def test_a_polled_fabric_spins_only_when_asked() -> None:
+    """ofi over shm (no wait object, SD_PROV_CAP_POLLED): the engine cannot see what a peer posts, so with
+    SOFTDOCA_SPIN_US it polls for as long as it runs (the target then serves a write without its 1 ms poll);
+    without it, it sleeps between polls. The target's CPU share while idle tells the two apart."""
+    def share(spin: int) -> float:
+        r = subprocess.run([sys.executable, "-c", SPIN_CHILD, str(spin)], capture_output=True, text=True,
+                           env=ofi("shm"), timeout=120, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return float(r.stdout.split()[-1])
+    idle, spinning = share(0), share(1000)
+    assert idle < 0.25, idle                  # 1 ms polls, no busy loop
+    assert spinning > 0.5, spinning           # a core, while the engine runs

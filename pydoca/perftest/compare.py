@@ -290,7 +290,8 @@ def _ofi_provider(n: int) -> Dict[str, Optional[float]]:
     """softdoca with SOFTDOCA_PROVIDER=ofi (issue 24), over libfabric's tcp and shm, against fi_pingpong and the
     raw libfabric program on the same fabric (their rows in RATIOS)."""
     keys = ("pydoca_ofi_tcp_lat_write_8B_polling_us", "pydoca_ofi_tcp_lat_write_8B_polling_tspin_us",
-            "pydoca_ofi_shm_lat_write_8B_polling_us", "pydoca_ofi_tcp_bw_write_1MiB_tspin_MBps",
+            "pydoca_ofi_shm_lat_write_8B_polling_us", "pydoca_ofi_shm_lat_write_8B_polling_tspin_us",
+            "pydoca_ofi_tcp_bw_write_1MiB_tspin_MBps",
             "fi_pingpong_tcp_rtt_us", "fi_pingpong_shm_rtt_us", "ofi_raw_tcp_write_1MiB_MBps")
     f: Dict[str, Optional[float]] = {k: None for k in keys}
     if not _ofi_provider_ready():
@@ -308,6 +309,10 @@ def _ofi_provider(n: int) -> Dict[str, Optional[float]]:
     lat = _bench_child("lat", ["--op", "write", "--size", "8", "--progress", "polling", "--iterations",
                                str(max(50, n // 10))], {"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "shm"})
     f["pydoca_ofi_shm_lat_write_8B_polling_us"] = lat["p50_us"] if lat else None
+    # with the target's engine polling (on shm: for as long as it runs, nothing tells it a peer posted)
+    lat = _bench_child("lat", lat_args + ["--target-spin", str(TARGET_SPIN_US)],
+                       {"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "shm"})
+    f["pydoca_ofi_shm_lat_write_8B_polling_tspin_us"] = lat["p50_us"] if lat else None
     # the raw program's footprint: one 1 MiB buffer each side, 16 in flight, its target polling
     bw = _bench_child("bw", ["--op", "write", "--size", "1MiB", "--outstanding", "16", "--one-buffer",
                              "--iterations", "512", "--target-spin", str(TARGET_SPIN_US)], tcp)
@@ -419,6 +424,8 @@ RATIOS: List[Tuple[str, str, str, str, Callable[[float], bool]]] = [
      "pydoca_ofi_tcp_lat_write_8B_polling_tspin_us", "fi_pingpong_tcp_rtt_us", "<= 2x", lambda r: r <= 2),
     ("ofi provider, shm: 8 B write latency (polling) / fi_pingpong shm RTT", "pydoca_ofi_shm_lat_write_8B_polling_us",
      "fi_pingpong_shm_rtt_us", "<= 10x", lambda r: r <= 10),
+    ("ofi provider, shm: 8 B write latency (polling, target engine polling) / fi_pingpong shm RTT",
+     "pydoca_ofi_shm_lat_write_8B_polling_tspin_us", "fi_pingpong_shm_rtt_us", "<= 10x", lambda r: r <= 10),
     ("ofi provider, tcp: 1 MiB write bandwidth, 16 outstanding, one buffer / raw libfabric fi_write (delivery "
      "complete)", "pydoca_ofi_tcp_bw_write_1MiB_tspin_MBps", "ofi_raw_tcp_write_1MiB_MBps", ">= 0.9",
      lambda r: r >= 0.9),

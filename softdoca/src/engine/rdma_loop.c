@@ -258,7 +258,11 @@ static uint64_t loop_timers(uint64_t now)
 /* Adaptive spinning: after a turn that handled events the engine polls
  * (epoll_wait without sleeping) for up to SOFTDOCA_SPIN_US microseconds
  * before it sleeps, so a request arriving soon after the last one is
- * served without a thread wake-up. 0 disables it. */
+ * served without a thread wake-up. 0 disables it. On a polled provider
+ * (nothing wakes the engine for what peers post, and its progress serves
+ * their one-sided operations without reporting them) no turn can be told
+ * from an idle one: with SOFTDOCA_SPIN_US the engine then polls for as
+ * long as it runs (an RDMA context is started). */
 static uint64_t loop_spin_ns(void)
 {
 	static uint64_t v = UINT64_MAX;
@@ -342,7 +346,7 @@ static void *loop_main(void *arg)
 		if (hook) { /* a provider (SOFTDOCA_PROVIDER): progress it, arm its fd before sleeping */
 			int ms = -1;
 
-			if (hook->progress() > 0)
+			if (hook->progress() > 0 || (spin && hook->polled && hook->polled()))
 				n = n > 0 ? n : 1;
 			if (hook->arm(&ms))
 				busy = 1;

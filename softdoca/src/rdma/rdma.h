@@ -620,6 +620,9 @@ struct sd_eng_hook {
 	int (*progress)(void);
 	int (*arm)(int *sleep_ms);
 	int (*drain)(void);
+	/* nonzero: nothing wakes the engine for what peers post (SD_PROV_CAP_POLLED), so
+	 * progress() cannot tell a turn that served a peer from an idle one */
+	int (*polled)(void);
 };
 void sd_eng_set_hook(const struct sd_eng_hook *hook, struct sd_ep *ep);
 const struct sd_eng_hook *sd_eng_get_hook(void);

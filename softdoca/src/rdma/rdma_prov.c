@@ -55,6 +55,7 @@ static struct {
 	uint64_t msgs_sent, msgs_answered;    /* two-sided messages through the provider (a test reads them) */
 	int no_msg;                           /* messages stay on the native link (see prov_open) */
 	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
+	int polled;                           /* caps: SD_PROV_CAP_POLLED */
 } P = {.ep = {.fd = -1}};
 
 static void prov_atfork_child(void)
@@ -259,7 +260,13 @@ static int prov_drain(void)
 	return P.p && P.ops->closing ? P.ops->closing(P.p) : 0;
 }
 
-static const struct sd_eng_hook prov_hook = {.progress = prov_progress, .arm = prov_arm, .drain = prov_drain};
+static int prov_polled(void)
+{
+	return P.p && P.polled;
+}
+
+static const struct sd_eng_hook prov_hook = {.progress = prov_progress, .arm = prov_arm, .drain = prov_drain,
+					     .polled = prov_polled};
 
 static void on_ep(struct sd_ep *ep, uint32_t events)
 {
@@ -314,6 +321,7 @@ static doca_error_t prov_open(void)
 			memset(&caps, 0, sizeof(caps));
 			P.ops->query_caps(P.p, &caps);
 			P.max_iov = caps.max_iov;
+			P.polled = !!(caps.flags & SD_PROV_CAP_POLLED);
 			/* messages through the provider unless SOFTDOCA_PROVIDER_MESSAGES=0, or unset
 			 * where the provider is polled: each message and its answer would wait for
 			 * the peer's polling (ofi shm without its doorbell: ~1 ms; docs/providers.md) */
