@@ -144,10 +144,13 @@ def one_round(quick: bool) -> Dict[str, Optional[float]]:
     ucx_bw = _ucx("ucp_put_bw", 8, 100 * n, "tcp")
     ucx_shm = _ucx("ucp_put_lat", 8, 10 * n, "posix,cma")
     ucx_shm_app = _ucx("ucp_put_lat", 8, 10 * n, "posix,cma", app_memory=True)
+    ucx_shm_app_bw = _ucx("ucp_put_bw", 1 << 20, max(200, n // 3), "posix,cma", app_memory=True)
     f["ucx_tcp_put_lat_rtt_us"] = None if ucx_lat is None else 2 * ucx_lat[0]
     f["ucx_tcp_put_bw_8B_ops"] = None if ucx_bw is None else ucx_bw[1]
     f["ucx_shm_put_lat_rtt_us"] = None if ucx_shm is None else 2 * ucx_shm[0]
     f["ucx_shm_app_memory_put_lat_rtt_us"] = None if ucx_shm_app is None else 2 * ucx_shm_app[0]
+    # MB/s (10^6 bytes/s) from its rate of 1 MiB puts
+    f["ucx_shm_app_memory_put_bw_1MiB_MBps"] = None if ucx_shm_app_bw is None else ucx_shm_app_bw[1] * (1 << 20) / 1e6
     f["one_million_ops"] = 1e6 if shm else None        # the same-host rate target, as a fixed peer
     f["iperf3_1M_MBps"] = _iperf3(1.0 if quick else 2.0)
     f["numpy_memcpy_1MiB_MBps"] = _memcpy_MBps(n=200 if quick else 2000)
@@ -417,6 +420,8 @@ RATIOS: List[Tuple[str, str, str, str, Callable[[float], bool]]] = [
      "<= 10x", lambda r: r <= 10),
     ("ucx provider, posix+cma: 1 MiB write bandwidth, batches of 8, one buffer / numpy memcpy",
      "pydoca_ucx_shm_bw_write_1MiB_MBps", "numpy_memcpy_1MiB_MBps", ">= 1.0", lambda r: r >= 1),
+    ("ucx provider, posix+cma: 1 MiB write bandwidth, batches of 8, one buffer / UCX put_bw on application memory",
+     "pydoca_ucx_shm_bw_write_1MiB_MBps", "ucx_shm_app_memory_put_bw_1MiB_MBps", ">= 0.9", lambda r: r >= 0.9),
     # softdoca's ofi provider (SOFTDOCA_PROVIDER=ofi) against libfabric's own figures on the same fabric (issue 24)
     ("ofi provider, tcp: 8 B write latency (polling) / fi_pingpong tcp RTT", "pydoca_ofi_tcp_lat_write_8B_polling_us",
      "fi_pingpong_tcp_rtt_us", "<= 2x", lambda r: r <= 2),
