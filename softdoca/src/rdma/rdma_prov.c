@@ -56,7 +56,19 @@ static struct {
 	int no_msg;                           /* messages stay on the native link (see prov_open) */
 	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
 	int polled;                           /* caps: SD_PROV_CAP_POLLED */
+	int kicked;                           /* a submit woke the engine since its last prov_arm */
 } P = {.ep = {.fd = -1}};
+
+/* A submit needs the engine to progress the provider (and re-arm its fd):
+ * one wake-up per engine turn is enough (under the engine lock; prov_arm,
+ * which progresses first, clears it), not one eventfd write per operation. */
+static void kick_engine(void)
+{
+	if (P.kicked)
+		return;
+	P.kicked = 1;
+	sd_eng_kick();
+}
 
 static void prov_atfork_child(void)
 {
@@ -64,6 +76,7 @@ static void prov_atfork_child(void)
 	P.p = NULL;
 	P.ep_added = 0;
 	P.ep.fd = -1;
+	P.kicked = 0;
 }
 
 static void decide_once(void)
@@ -207,6 +220,7 @@ static int prov_progress(void)
 {
 	int n = 0;
 
+	P.kicked = 0; /* progressed here; a later submit kicks the engine again */
 	if (P.p) {
 		P.in_progress++;
 		n = P.ops->progress(P.p);
@@ -228,6 +242,7 @@ static int prov_arm(int *sleep_ms)
 {
 	uint64_t now, due;
 
+	P.kicked = 0; /* what was submitted so far is progressed here; a later submit kicks again */
 	if (!P.p)
 		return 0;
 	P.in_progress++;
@@ -1239,7 +1254,7 @@ static int msg_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 		c->pm_tx_next = pm_tx_list;
 		pm_tx_list = c;
 	}
-	sd_eng_kick(); /* the engine progresses the provider (and re-arms its fd) */
+	kick_engine(); /* the engine progresses the provider (and re-arms its fd) */
 	return 1;
 }
 
@@ -1306,7 +1321,7 @@ static int prov_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 	if (rc != DOCA_SUCCESS)
 		refused_at_submit(k, t, c, rc);
 	else
-		sd_eng_kick(); /* the engine progresses the provider (and re-arms its fd) */
+		kick_engine(); /* the engine progresses the provider (and re-arms its fd) */
 	return 1;
 }
 
