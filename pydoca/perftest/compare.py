@@ -173,11 +173,11 @@ def _ucx_provider_ready() -> bool:
     return built is not None and b"ucx" in (built() or b"").split(b",")
 
 
-def _bench_child(kind: str, args: List[str], env: Dict[str, str]) -> Optional[Dict[str, Any]]:
+def _bench_child(kind: str, args: List[str], env: Dict[str, str], rounds: int = 1) -> Optional[Dict[str, Any]]:
     """``pydoca bench KIND ARGS --json -`` in a child with env (a provider is chosen once per process)."""
     from .._child import module_argv
     try:
-        out = subprocess.run(module_argv("pydoca.cli", "bench", kind, *args, "--rounds", "1", "--json", "-"),
+        out = subprocess.run(module_argv("pydoca.cli", "bench", kind, *args, "--rounds", str(rounds), "--json", "-"),
                              capture_output=True, text=True, timeout=300, env={**os.environ, **env})
         got: Dict[str, Any] = json.loads(out.stdout)
         return got
@@ -316,9 +316,10 @@ def _ofi_provider(n: int) -> Dict[str, Optional[float]]:
     lat = _bench_child("lat", lat_args + ["--target-spin", str(TARGET_SPIN_US)],
                        {"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "shm"})
     f["pydoca_ofi_shm_lat_write_8B_polling_tspin_us"] = lat["p50_us"] if lat else None
-    # the raw program's footprint: one 1 MiB buffer each side, 16 in flight, its target polling
+    # the raw program's footprint and its median of 3 rounds: one 1 MiB buffer each side, 16 in flight, 512
+    # writes a round, its target polling (a lone round of 0.1 s moved by 30% here: TCP's buffers still growing)
     bw = _bench_child("bw", ["--op", "write", "--size", "1MiB", "--outstanding", "16", "--one-buffer",
-                             "--iterations", "512", "--target-spin", str(TARGET_SPIN_US)], tcp)
+                             "--iterations", "512", "--target-spin", str(TARGET_SPIN_US)], tcp, rounds=3)
     f["pydoca_ofi_tcp_bw_write_1MiB_tspin_MBps"] = bw["MBps"] if bw else None
     f["fi_pingpong_tcp_rtt_us"] = _fi_pingpong_rtt_us("tcp", 10 * n)
     f["fi_pingpong_shm_rtt_us"] = _fi_pingpong_rtt_us("shm", 10 * n)
