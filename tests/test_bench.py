@@ -182,6 +182,9 @@ def test_target_spin_reaches_the_target_alone(tmp_path: Path) -> None:
     out = bench("rate", "--iterations", "64", "--outstanding", "8", "--rounds", "1", "--json", str(f))
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(f.read_text())["target_spin_us"] == 0
+    from pydoca.perftest.session import _spin_of
+    assert _spin_of({"SOFTDOCA_SPIN_US": "250"}) == 250 and _spin_of({"SOFTDOCA_SPIN_US": "9999999"}) == 100_000
+    assert _spin_of({"SOFTDOCA_SPIN_US": "x"}) == 0 and _spin_of({}) == 0     # inherited values are recorded too
 
 
 def test_fi_pingpong_and_the_raw_libfabric_program(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -60,6 +60,16 @@ def target_env(transport: str, spin_us: int = 0) -> Dict[str, str]:
     return env
 
 
+def _spin_of(env: Dict[str, str]) -> int:
+    """SOFTDOCA_SPIN_US as softdoca reads it (leading digits, at most 100000; anything else 0)."""
+    digits = ""
+    for ch in env.get("SOFTDOCA_SPIN_US", "").strip():
+        if not ch.isdigit():
+            break
+        digits += ch
+    return min(int(digits), 100_000) if digits else 0
+
+
 def _soft_has_transports() -> bool:
     """True when the loaded softdoca honours SOFTDOCA_TRANSPORT (exports softdoca_transport_name)."""
     import ctypes
@@ -144,8 +154,10 @@ class Session:
         #: the provider's own transports its connection used (docs/providers.md); None: the native link
         self.provider_transport: Optional[str] = None
         self.stack = ExitStack()
-        self.target_spin_us = target_spin_us
-        self.target = Target(target_env(transport, target_spin_us))
+        env = target_env(transport, target_spin_us)
+        #: what the target's engine got (an inherited SOFTDOCA_SPIN_US counts too)
+        self.target_spin_us = target_spin_us or _spin_of(env)
+        self.target = Target(env)
         self.stack.callback(self.target.close)
         try:
             self._open(progress, target_progress or progress)
