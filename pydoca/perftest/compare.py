@@ -233,30 +233,40 @@ def _ofi_provider_ready() -> bool:
 
 def _fi_pingpong_rtt_us(fabric: str, iters: int) -> Optional[float]:
     """The round trip of libfabric's own ``fi_pingpong`` (libfabric-bin), 8 B: twice its usec/xfer (one
-    transfer is one way); tcp on MSG endpoints, shm on RDM ones, as the ofi provider uses them."""
+    transfer is one way); tcp on MSG endpoints, shm on RDM ones, as the ofi provider uses them. Up to three
+    pairs, each on a fresh port; why the last one failed goes to MISSING."""
     exe = shutil.which("fi_pingpong")
     if exe is None:
         return None
-    port = free_port()
     args = ["-p", fabric, "-e", "msg" if fabric == "tcp" else "rdm", "-S", "8", "-I", str(iters)]
-    server = subprocess.Popen([exe, *args, "-B", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(10):                 # the server may not listen yet on a loaded machine: try again
-            time.sleep(0.3)
-            out = subprocess.run([exe, *args, "-P", str(port), "127.0.0.1"], capture_output=True, text=True,
-                                 timeout=60)
-            lines = [ln.split() for ln in out.stdout.splitlines() if ln.strip()]
-            if out.returncode == 0 and len(lines) >= 2 and len(lines[-1]) == len(lines[0]) and \
-                    "usec/xfer" in lines[0]:
-                return 2 * float(lines[-1][lines[0].index("usec/xfer")])
-            if server.poll() is not None:
-                return None
-        return None
-    except (subprocess.TimeoutExpired, ValueError):
-        return None
-    finally:
-        server.kill()
-        server.wait(10)
+    why = "no result"
+    for _ in range(3):
+        port = free_port()
+        server = subprocess.Popen([exe, *args, "-B", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True)
+        try:
+            for _ in range(10):             # the server may not listen yet on a loaded machine: try again
+                time.sleep(0.3)
+                out = subprocess.run([exe, *args, "-P", str(port), "127.0.0.1"], capture_output=True, text=True,
+                                     timeout=60)
+                lines = [ln.split() for ln in out.stdout.splitlines() if ln.strip()]
+                if out.returncode == 0 and len(lines) >= 2 and len(lines[-1]) == len(lines[0]) and \
+                        "usec/xfer" in lines[0]:
+                    MISSING.pop(f"fi_pingpong {fabric}", None)
+                    return 2 * float(lines[-1][lines[0].index("usec/xfer")])
+                why = f"client exit {out.returncode}: {(out.stderr or out.stdout).strip()[-200:]}"
+                if server.poll() is not None:
+                    why += f"; server exit {server.returncode}"
+                    break
+        except (subprocess.TimeoutExpired, ValueError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+        finally:
+            server.kill()
+            _, err = server.communicate(timeout=10)
+            if err and err.strip():
+                why += f"; server: {err.strip()[-200:]}"
+    MISSING[f"fi_pingpong {fabric}"] = why
+    return None
 
 
 def _ofi_raw_exe() -> Optional[str]:
