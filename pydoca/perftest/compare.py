@@ -162,15 +162,24 @@ def one_round(quick: bool) -> Dict[str, Optional[float]]:
     return f
 
 
-def _ucx_provider_ready() -> bool:
-    """softdoca built with its ucx provider, and libucp found (docs/providers.md)."""
+def _provider_ready(name: str, library: str) -> bool:
+    """softdoca built with provider ``name`` (ucx, ofi), and its library (ucp, fabric) found
+    (docs/providers.md)."""
     import ctypes
     import ctypes.util
     from .._native import soft_fn
-    if backend_name() != "soft" or ctypes.util.find_library("ucp") is None:
+    if backend_name() != "soft" or ctypes.util.find_library(library) is None:
         return False
     built = soft_fn("softdoca_providers_built", ctypes.c_char_p)
-    return built is not None and b"ucx" in (built() or b"").split(b",")
+    return built is not None and name.encode() in (built() or b"").split(b",")
+
+
+def _ucx_provider_ready() -> bool:
+    return _provider_ready("ucx", "ucp")
+
+
+def _ofi_provider_ready() -> bool:
+    return _provider_ready("ofi", "fabric")
 
 
 def _bench_child(kind: str, args: List[str], env: Dict[str, str], rounds: int = 1) -> Optional[Dict[str, Any]]:
@@ -218,17 +227,6 @@ def _ucx_provider(n: int) -> Dict[str, Optional[float]]:
 
 #: the target's engine spin of the "target engine polling" rows (bench --target-spin), microseconds
 TARGET_SPIN_US = 1000
-
-
-def _ofi_provider_ready() -> bool:
-    """softdoca built with its ofi provider, and libfabric found (docs/providers.md)."""
-    import ctypes.util
-    from .._native import soft_fn
-    if backend_name() != "soft":
-        return False
-    built = soft_fn("softdoca_providers_built", ctypes.c_char_p)
-    return (built is not None and b"ofi" in (built() or b"").split(b",")
-            and ctypes.util.find_library("fabric") is not None)
 
 
 def _fi_pingpong_rtt_us(fabric: str, iters: int) -> Optional[float]:
@@ -312,24 +310,24 @@ def _ofi_provider(n: int) -> Dict[str, Optional[float]]:
                                    "libfabric-dev)")
         return f
     MISSING.pop("ofi provider", None)
-    lat_args = ["--op", "write", "--size", "8", "--progress", "polling", "--iterations", str(n)]
     tcp = {"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "tcp"}
-    lat = _bench_child("lat", lat_args, tcp)
-    f["pydoca_ofi_tcp_lat_write_8B_polling_us"] = lat["p50_us"] if lat else None
-    lat = _bench_child("lat", lat_args + ["--target-spin", str(TARGET_SPIN_US)], tcp)
-    f["pydoca_ofi_tcp_lat_write_8B_polling_tspin_us"] = lat["p50_us"] if lat else None
+    shm = {"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "shm"}
+
+    def lat(env: Dict[str, str], iters: int, *extra: str) -> Optional[float]:
+        got = _bench_child("lat", ["--op", "write", "--size", "8", "--progress", "polling", "--iterations",
+                                   str(iters), *extra], env)
+        return got["p50_us"] if got else None
+    spin = ("--target-spin", str(TARGET_SPIN_US))
+    f["pydoca_ofi_tcp_lat_write_8B_polling_us"] = lat(tcp, n)
+    f["pydoca_ofi_tcp_lat_write_8B_polling_tspin_us"] = lat(tcp, n, *spin)
     # shm has no wait object: a write waits for the target's engine to poll (every millisecond); fewer of them
-    lat = _bench_child("lat", ["--op", "write", "--size", "8", "--progress", "polling", "--iterations",
-                               str(max(50, n // 10))], {"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "shm"})
-    f["pydoca_ofi_shm_lat_write_8B_polling_us"] = lat["p50_us"] if lat else None
+    f["pydoca_ofi_shm_lat_write_8B_polling_us"] = lat(shm, max(50, n // 10))
     # with the target's engine polling (on shm: for as long as it runs, nothing tells it a peer posted)
-    lat = _bench_child("lat", lat_args + ["--target-spin", str(TARGET_SPIN_US)],
-                       {"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "shm"})
-    f["pydoca_ofi_shm_lat_write_8B_polling_tspin_us"] = lat["p50_us"] if lat else None
+    f["pydoca_ofi_shm_lat_write_8B_polling_tspin_us"] = lat(shm, n, *spin)
     # the raw program's footprint and its median of 3 rounds: one 1 MiB buffer each side, 16 in flight, 512
     # writes a round, its target polling (a lone round of 0.1 s moved by 30% here: TCP's buffers still growing)
     bw = _bench_child("bw", ["--op", "write", "--size", "1MiB", "--outstanding", "16", "--one-buffer",
-                             "--iterations", "512", "--target-spin", str(TARGET_SPIN_US)], tcp, rounds=3)
+                             "--iterations", "512", *spin], tcp, rounds=3)
     f["pydoca_ofi_tcp_bw_write_1MiB_tspin_MBps"] = bw["MBps"] if bw else None
     f["fi_pingpong_tcp_rtt_us"] = _fi_pingpong_rtt_us("tcp", 10 * n)
     f["fi_pingpong_shm_rtt_us"] = _fi_pingpong_rtt_us("shm", 10 * n)

@@ -56,12 +56,13 @@ static struct {
 	int no_msg;                           /* messages stay on the native link (see prov_open) */
 	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
 	int polled;                           /* caps: SD_PROV_CAP_POLLED */
-	int kicked;                           /* a submit woke the engine since its last prov_arm */
+	int kicked;                           /* a submit woke the engine since the provider was last progressed */
 } P = {.ep = {.fd = -1}};
 
 /* A submit needs the engine to progress the provider (and re-arm its fd):
- * one wake-up per engine turn is enough (under the engine lock; prov_arm,
- * which progresses first, clears it), not one eventfd write per operation. */
+ * one wake-up until the provider is next progressed is enough (under the
+ * engine lock; prov_progress and prov_arm clear it), not one eventfd write
+ * per operation. */
 static void kick_engine(void)
 {
 	if (P.kicked)
