@@ -277,23 +277,61 @@ def test_copy_in_spec_files() -> None:
 
 
 def test_pending_handshakes_have_their_own_budget(reliability_report: Any) -> None:
-    """Silent connections (connected, never identified) from one address: beyond max_pending_per_source they
-    are refused at once, the rest are cut at the handshake deadline; the authenticated budget is untouched."""
+    """Nine silent connections (connected, never identified) from one address: max_pending_per_source (3) of
+    them are held, three more wait for a place (admitted when the first are cut at the handshake deadline) and
+    the rest are refused at once; the authenticated budget is untouched."""
     srv = RelServer({"responder": {"max_connections": 4, "max_pending": 8, "max_pending_per_source": 3,
                                    "ident_timeout": 1.0},
                      "endpoints": [{"path": "/echo", "kind": "call", "size": 4096, "handler": "echo"},
                                    {"path": "/stats", "kind": "call", "size": 65536, "handler": "stats"}]})
     host, port = srv.address.split(":")
-    silent = spawn(["tests/peer_silent.py", host, port, "6", "3", "0"])
+    silent = spawn(["tests/peer_silent.py", host, port, "9", "3", "0"])
     try:
         out = _silent_result(silent)
-        assert out["refused"] >= 3 and out["held_max"] == 3, out
+        assert out["refused"] == 3 and out["opened"] == 6 and out["held_max"] == 3, out
         assert 0.8 <= out["cut_after_s"] <= 3.0, out          # the 1 s deadline, not the old 10 s
         reliability_report.add("pending budget per source", trials=out["opened"], passed=out["opened"], failed=0,
                                held_max=out["held_max"], refused=out["refused"], cut_after_s=out["cut_after_s"])
     finally:
         silent.kill()
         srv.kill()
+
+
+def test_a_burst_from_one_address_waits_for_handshake_places(reliability_report: Any) -> None:
+    """Four requesters from one address at once, with a handshake budget of two per address: two are admitted,
+    two wait for a place (a listen backlog) instead of being refused, and all four are served. The requests
+    are all in before the responder first looks, so the burst is certain."""
+    from pydoca.peer import Responder
+    resp = Responder(f"127.0.0.1:{free_port()}", name="burst", max_pending=2, max_pending_per_source=2)
+    resp.add_endpoint("/echo", "call", 256, lambda p: p, inline=True)
+    resp.start()
+    got: Dict[int, Any] = {}
+
+    def one(i: int) -> None:
+        try:
+            with Requester.connect(resp.address, name=f"b{i}", timeout=10) as req:
+                got[i] = bytes(req.call("/echo", b"%d" % i, timeout=10))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            got[i] = exc
+
+    clients = [threading.Thread(target=one, args=(i,), name=f"burst-{i}") for i in range(4)]
+    serving = threading.Thread(target=resp.serve_forever, name="serving", daemon=True)
+    try:
+        for c in clients:
+            c.start()
+        time.sleep(0.5)                                       # their requests are in; nobody answered yet
+        serving.start()
+        for c in clients:
+            c.join(30)
+        assert got == {i: b"%d" % i for i in range(4)}, got
+        assert resp.admission.waited == 2 and resp.admission.refused == 0, (resp.admission.waited,
+                                                                             resp.admission.refused)
+        reliability_report.add("burst over the handshake budget", trials=4, passed=4, failed=0,
+                               waited=resp.admission.waited)
+    finally:
+        resp.stop()
+        serving.join(5)
+        resp.close()
 
 
 def _silent_result(proc: Proc, timeout: float = 60) -> Dict[str, Any]:

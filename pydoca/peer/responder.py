@@ -37,6 +37,7 @@ from ..memory import Access, MemoryMap
 from ..pe import ProgressEngine
 from ..rdma import Connection, ConnectionState, Rdma
 from . import protocol as P
+from .admission import Admission
 from .auth import ALL_RIGHTS, Credential, address_allowed, client_mac, parse_networks, server_proof
 from .channel import Channel
 from .endpoint import Endpoint, Handler, Request, RequesterInfo
@@ -151,7 +152,7 @@ class Responder:
         self._descriptor_path: Optional[str] = None
         self._published: List[Tuple[Any, str]] = []
         self._resources: List[Any] = []
-        self.refused = 0
+        self.refused = 0                    # requesters refused after they connected (authentication, limit)
 
     # -- definition ---------------------------------------------------------
     def add_endpoint(self, path: str, kind: Union[Kind, str], size: int, handler: Optional[Handler] = None, *,
@@ -260,7 +261,8 @@ class Responder:
         send_slots = 64
         self.inventory = BufferInventory(recv_slots + send_slots + 16)
         self._resources.append(self.inventory)
-        self.rdma = Rdma(self.dev, self.pe, max_connections=self.max_connections + self.max_pending,
+        # places: the authenticated, the handshakes, and the requests waiting for a handshake place
+        self.rdma = Rdma(self.dev, self.pe, max_connections=self.max_connections + 2 * self.max_pending,
                          recv_queue_size=recv_slots,
                          send_queue_size=max(256, send_slots), max_tasks=recv_slots + send_slots + 16)
         self.channel = Channel(self.dev, self.rdma, self.inventory, recv_slots=recv_slots, send_slots=send_slots,
@@ -270,7 +272,10 @@ class Responder:
         self.channel.post_all()
         if self.port == 0:
             self.port = free_port(self.host)
-        self.rdma.listen(self.port, accept=self._accept)
+        self.admission = Admission(self.rdma, allow=self.allow, max_connections=self.max_connections,
+                                   max_pending=self.max_pending, max_pending_per_source=self.max_pending_per_source,
+                                   count=self._count, on_admit=self._admitted)
+        self.rdma.listen(self.port, accept=self.admission.policy)
 
     @property
     def address(self) -> str:
@@ -397,6 +402,8 @@ class Responder:
             n += 1
             item = inbox.popleft()
             self._guard(item[0], self._dispatch, item)
+        if self.admission.waiting:            # requests waiting for a handshake place: one may have freed
+            self._guard("admission", self.admission.admit)
         now = time.monotonic()
         if now >= self._maintain_at:          # deadlines and kills: a few times a second is enough
             self._maintain_at = now + MAINTAIN_S
@@ -478,6 +485,9 @@ class Responder:
         channel: Optional[Channel] = getattr(self, "channel", None)
         if channel is not None:
             channel.closing = True
+        admission: Optional[Admission] = getattr(self, "admission", None)
+        if admission is not None:
+            admission.close()
         for peer in list(self._peers.values()):
             peer.conn.disconnect()
         self.pool.close()
@@ -524,13 +534,8 @@ class Responder:
             remove_if_ours(path, self.instance)
 
     # -- connections ----------------------------------------------------------------
-    def _accept(self, conn: Connection) -> bool:
-        """RDMA CM request policy, before any memory is spent: the allow-list, the connection limit
-        (authenticated requesters), the handshake budget (in all and per source address)."""
-        addr = conn.peer_address
-        source = addr[0] if addr else None
-        if not address_allowed(source, self.allow):
-            return self._refuse("address not in the allow-list", address=source)
+    def _count(self, source: Optional[str]) -> Tuple[int, int, int]:
+        """(authenticated, handshakes pending, handshakes pending from ``source``): the admission's budget."""
         ready = pending = from_source = 0
         for p in self._peers.values():
             if p.gone:
@@ -540,21 +545,11 @@ class Responder:
             else:
                 pending += 1
                 from_source += p.source == source
-        if ready >= self.max_connections:
-            return self._refuse("max_connections reached", max_connections=self.max_connections)
-        if pending >= self.max_pending:
-            return self._refuse("too many handshakes pending", max_pending=self.max_pending, address=source)
-        if from_source >= self.max_pending_per_source:
-            return self._refuse("too many handshakes pending from one address", address=source,
-                                max_pending_per_source=self.max_pending_per_source)
+        return ready, pending, from_source
+
+    def _admitted(self, conn: Connection, source: Optional[str]) -> None:
         self._next_peer += 1
         self._peers[conn] = _Peer(self._next_peer, conn, time.monotonic() + self.ident_timeout, source)
-        return True
-
-    def _refuse(self, why: str, **kw: Any) -> bool:
-        self.refused += 1
-        log.warning(f"connection refused: {why}", **kw)
-        return False
 
     def _dispatch(self, item: Tuple[Any, ...]) -> None:
         kind, conn = item[0], item[1]

@@ -180,18 +180,35 @@ class Rdma(SyncEventTasksMixin, BatchMixin, Context):
         except Exception as exc:  # noqa: BLE001 - a policy bug must not stop the listener
             log.error("rdma accept policy raised: request rejected", error=repr(exc), peer=_peer(conn))
             decision = False
+        if decision is True or decision is False or isinstance(decision, (bytes, bytearray)):
+            self._answer(conn, decision)
+        else:
+            self.requests.append(conn)
+        self._notify(conn)
+
+    def decide(self, conn: Connection, decision: Union[bool, bytes]) -> bool:
+        """Answer a request left undecided (in ``requests``): True or private-data bytes accept, False
+        rejects. False when it could not be answered: its peer went away meanwhile (it is dropped)."""
         try:
-            if decision is True or isinstance(decision, (bytes, bytearray)):
-                conn.accept(bytes(decision) if decision is not True else b"")
-            elif decision is False:
+            self.requests.remove(conn)
+        except ValueError:
+            pass
+        if conn.state is not ConnectionState.REQUESTED:
+            return False
+        return self._answer(conn, decision)
+
+    def _answer(self, conn: Connection, decision: Union[bool, bytes]) -> bool:
+        try:
+            if decision is False:
                 conn.reject()
             else:
-                self.requests.append(conn)
+                conn.accept(bytes(decision) if decision is not True else b"")
+            return True
         except (DocaError, ValueError) as exc:
             # typically DOCA_ERROR_CONNECTION_ABORTED: the peer went away before our answer
             log.info("rdma connection request abandoned", error=str(exc), peer=_peer(conn))
             self._fail(conn)
-        self._notify(conn)
+            return False
 
     def _on_state_event(self, kind: int, c_conn: Any, conn_ud: int) -> None:
         found = self._conns.get(conn_ud) or self._connection_for(c_conn)
