@@ -80,8 +80,9 @@ class Admission:
                 self.rdma.decide(conn, False)       # only takes it off the runtime's undecided list
             elif self._budget(source) is None:
                 del self._waiting[conn]
-                self.on_admit(conn, source)
-                if not self.rdma.decide(conn, True):
+                if self.rdma.decide(conn, True):     # its events are dispatched later, on this thread
+                    self.on_admit(conn, source)
+                else:
                     log.info("a waiting requester left before its turn", address=source)
             elif now - since >= self.wait_s:
                 del self._waiting[conn]
