@@ -30,9 +30,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-connections", type=int, default=32, metavar="N",
                    help="authenticated requesters served at once (default 32)")
     p.add_argument("--max-pending", type=int, default=32, metavar="N",
-                   help="handshakes in progress at once, a budget of their own (default 32)")
+                   help="handshakes in progress at once, a budget of their own; as many more requests "
+                        "wait up to 3 s for a place (default 32)")
     p.add_argument("--max-pending-per-source", type=int, default=16, metavar="N",
-                   help="handshakes in progress at once from one address (default 16)")
+                   help="handshakes in progress at once from one address; as many more from it wait "
+                        "(default 16)")
     p.add_argument("--ident-timeout", type=float, default=2.0, metavar="S",
                    help="seconds a connection may take to identify and authenticate (default 2)")
     p.add_argument("--workers", type=int, default=4, metavar="N", help="handler threads (default 4)")
