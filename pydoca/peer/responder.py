@@ -38,7 +38,7 @@ from ..pe import ProgressEngine
 from ..rdma import Connection, ConnectionState, Rdma
 from . import protocol as P
 from .admission import Admission
-from .auth import ALL_RIGHTS, Credential, address_allowed, client_mac, parse_networks, server_proof
+from .auth import ALL_RIGHTS, Credential, client_mac, parse_networks, server_proof
 from .channel import Channel
 from .endpoint import Endpoint, Handler, Request, RequesterInfo
 from ..address import free_port, resolve
