@@ -145,6 +145,33 @@ def test_undecided_requests_are_rejected_after_request_timeout(client: Side) -> 
         server.close()
 
 
+def test_decide_answers_requests_the_policy_left_undecided(server: Side) -> None:
+    """A policy that returns None leaves the request in ``requests``; ``decide`` answers it later: True
+    establishes, False rejects (the requester reads "rejected"), and a request whose requester left meanwhile
+    is not answered (False) but taken off the list."""
+    port = free_port()
+    server.rdma.listen(port, accept=lambda c: None)
+    sides = [Side(connection_request_timeout_ms=3000) for _ in range(3)]
+    try:
+        conns, reqs = [], []
+        for i, s in enumerate(sides):                       # one at a time: the i-th request is the i-th side's
+            conns.append(s.rdma.connect_to("127.0.0.1", port))
+            pump(server, *sides, until=lambda: len(server.rdma.requests) == i + 1)
+            reqs.append(server.rdma.requests[-1])
+        sides[2].close()                                    # the third requester leaves before its answer
+        pump(server, *sides[:2], until=lambda: reqs[2].state is not pydoca.ConnectionState.REQUESTED)
+        assert server.rdma.decide(reqs[0], True) is True
+        assert server.rdma.decide(reqs[1], False) is True
+        assert server.rdma.decide(reqs[2], True) is False
+        assert not server.rdma.requests
+        pump(server, *sides[:2], until=lambda: conns[0].established and
+             conns[1].state is not pydoca.ConnectionState.PENDING)
+        assert conns[1].failure_reason == "rejected"
+    finally:
+        for s in sides[:2]:
+            s.close()
+
+
 def test_listen_on_a_port_in_use_names_it(server: Side) -> None:
     port = free_port()
     other = Side()
