@@ -402,12 +402,12 @@ class Responder:
             n += 1
             item = inbox.popleft()
             self._guard(item[0], self._dispatch, item)
-        if self.admission.waiting:            # requests waiting for a handshake place: one may have freed
-            self._guard("admission", self.admission.admit)
         now = time.monotonic()
         if now >= self._maintain_at:          # deadlines and kills: a few times a second is enough
             self._maintain_at = now + MAINTAIN_S
             self._guard("maintenance", self._maintain)
+        if self.admission.waiting:            # a handshake ended above (or a deadline cut one): the oldest
+            self._guard("admission", self.admission.admit)   # waiting requests go before any new arrival
         if self._credits_due:
             self._credits_due = False
             self._send_credits()
