@@ -326,13 +326,13 @@ def _ofi_provider(n: int) -> Dict[str, Optional[float]]:
     f["pydoca_ofi_shm_lat_write_8B_polling_tspin_us"] = lat(shm, n, *spin)
     # the raw program's footprint and its median of 3 rounds: one 1 MiB buffer each side, 16 in flight, 512
     # writes a round, its target polling (a lone round of 0.1 s moved by 30% here: TCP's buffers still growing)
-    bw = _bench_child("bw", ["--op", "write", "--size", "1MiB", "--outstanding", "16", "--one-buffer",
-                             "--iterations", "512", *spin], tcp, rounds=3)
-    f["pydoca_ofi_tcp_bw_write_1MiB_tspin_MBps"] = bw["MBps"] if bw else None
-    # the same 16 writes in flight as one TaskBatch at a time (pydoca's bulk path, as the same-host rows use)
-    bw = _bench_child("bw", ["--op", "write", "--size", "1MiB", "--outstanding", "16", "--batch", "--one-buffer",
-                             "--iterations", "512", *spin], tcp, rounds=3)
-    f["pydoca_ofi_tcp_bw_write_1MiB_batch_tspin_MBps"] = bw["MBps"] if bw else None
+    # single tasks, then the same 16 in flight as one TaskBatch at a time (pydoca's bulk path, as the same-host
+    # rows use)
+    for key, batch in (("pydoca_ofi_tcp_bw_write_1MiB_tspin_MBps", ()),
+                       ("pydoca_ofi_tcp_bw_write_1MiB_batch_tspin_MBps", ("--batch",))):
+        bw = _bench_child("bw", ["--op", "write", "--size", "1MiB", "--outstanding", "16", *batch, "--one-buffer",
+                                 "--iterations", "512", *spin], tcp, rounds=3)
+        f[key] = bw["MBps"] if bw else None
     f["fi_pingpong_tcp_rtt_us"] = _fi_pingpong_rtt_us("tcp", 10 * n)
     f["fi_pingpong_shm_rtt_us"] = _fi_pingpong_rtt_us("shm", 10 * n)
     f["ofi_raw_tcp_write_1MiB_MBps"] = _ofi_raw_MBps("tcp")
