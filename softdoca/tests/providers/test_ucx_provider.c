@@ -723,6 +723,124 @@ static void test_dead_address(int sock, pid_t pid)
 }
 
 /* The peer killed while many writes are in flight. */
+/* ---------------------------------------------------------------- set-up order */
+/* Two connections between the same two processes, set up in opposite orders
+ * on the two sides (UCP pairs endpoints made from worker addresses in creation
+ * order, so one endpoint per connection would cross them); the other side
+ * closes the one it set up first, and the other one must still carry a write
+ * to the bytes. Twice: the second pair comes right after the first closed on
+ * both sides (while the shared endpoint may be closing). */
+static void swap_conns(int sock, struct sd_prov_conn *cs[2], int reverse)
+{
+	uint8_t peer[2][4096];
+	size_t plen[2];
+	struct sd_prov_why why = {{0}};
+
+	for (int k = 0; k < 2; k++) {
+		void *blob;
+		size_t len;
+
+		EXPECT_OK(P->conn_create(S.p, NULL, &cs[k]), "conn_create");
+		EXPECT_OK(P->conn_export(cs[k], &blob, &len), "conn_export");
+		msend(sock, blob, len);
+		free(blob);
+	}
+	for (int k = 0; k < 2; k++)
+		plen[k] = mrecv(sock, peer[k], sizeof(peer[k]));
+	S.established = 0;
+	for (int i = 0; i < 2; i++) {
+		int k = reverse ? 1 - i : i;
+		doca_error_t e = P->conn_connect(cs[k], peer[k], plen[k], &why);
+
+		CHECK(e == DOCA_SUCCESS, "conn_connect %d: %s %s", k, sd_prov_strerror(e), why.msg);
+		P->progress(S.p);
+	}
+	for (uint64_t end = now_ms() + 10000; S.established < 2 && now_ms() < end;)
+		wait_for(NULL, NULL, -1, 10);
+	CHECK(S.established == 2, "both connections established (%d)", S.established);
+}
+
+static void orderer(int sock)
+{
+	struct sd_prov_conn *q[2];
+	struct sd_prov_mr *mr;
+	void *b;
+	size_t l;
+	uint8_t *mem = aligned_alloc(4096, 1u << 20);
+	char go;
+
+	who = "orderer";
+	if (read(sock, &go, 1) != 1)
+		_exit(0);
+	open_prov(3000);
+	memset(mem, 0, 1u << 20);
+	EXPECT_OK(P->reg_mem(S.p, mem, 1u << 20, DOCA_ACCESS_FLAG_RDMA_WRITE, &mr, &b, &l), "reg_mem");
+	msend(sock, b, l);
+	free(b);
+	for (int round = 0; round < 2; round++) {
+		struct msg m;
+		uint64_t ok;
+
+		swap_conns(sock, q, 1);
+		P->conn_close(q[1]); /* set up first here, last there */
+		wait_for(NULL, NULL, -1, 300);
+		msend(sock, &round, sizeof(round));
+		if (wait_for(NULL, NULL, sock, 15000) != 2 || mrecv(sock, &m, sizeof(m)) != sizeof(m))
+			_exit(1);
+		ok = m.off + m.len <= (1u << 20) && matches(mem + m.off, m.len, m.seed);
+		msend(sock, &ok, sizeof(ok));
+		P->conn_close(q[0]);
+		wait_for(NULL, NULL, -1, 20);
+	}
+	EXPECT_OK(P->dereg_mem(S.p, mr), "dereg");
+	EXPECT_OK(P->close(S.p), "close");
+	free(mem);
+	_exit(fails ? 1 : 0);
+}
+
+static void test_setup_order(int sock, pid_t pid)
+{
+	uint8_t blob[4096], src[256];
+	size_t blen;
+	struct sd_prov_rkey *rk;
+	uint64_t base;
+	int est0 = S.established, status = 0;
+
+	if (write(sock, "g", 1) != 1)
+		exit(1);
+	blen = mrecv(sock, blob, sizeof(blob));
+	EXPECT_OK(P->rkey_import(S.p, blob, blen, &rk, &base, NULL, NULL, NULL), "import");
+	for (int round = 0; round < 2; round++) {
+		struct sd_prov_conn *p[2];
+		struct msg m = { .cmd = CMD_CHECK, .seed = (uint32_t)(round + 5), .off = 4096u * (uint32_t)round,
+				 .len = sizeof(src) };
+		struct sd_prov_iov iv = { src, sizeof(src), NULL };
+		struct op o = {0};
+		uint64_t ok = 0, t0;
+		int r;
+		doca_error_t e;
+
+		swap_conns(sock, p, 0);
+		if (wait_for(NULL, NULL, sock, 15000) != 2 || mrecv(sock, &r, sizeof(r)) != sizeof(r))
+			exit(1);
+		fill(src, sizeof(src), m.seed);
+		t0 = now_ms();
+		e = run_op(&o, P->write(p[0], &iv, 1, rk, base + m.off, &o));
+		CHECK(e == DOCA_SUCCESS, "round %d: a write on the connection the peer kept: %s after %llu ms", round,
+		      sd_prov_strerror(e), (unsigned long long)(now_ms() - t0));
+		msend(sock, &m, sizeof(m));
+		mrecv(sock, &ok, sizeof(ok));
+		CHECK(ok == 1, "round %d: the bytes arrived", round);
+		P->conn_close(p[1]);
+		P->conn_close(p[0]);
+	}
+	P->rkey_release(S.p, rk);
+	for (uint64_t end = now_ms() + 15000; now_ms() < end && waitpid(pid, &status, WNOHANG) == 0;)
+		wait_for(NULL, NULL, -1, 10);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "orderer exit status %d", status);
+	S.established = est0;
+}
+
 static void victim(int sock)
 {
 	struct sd_prov_conn *cc;
@@ -895,8 +1013,8 @@ int main(int argc, char **argv)
 	struct sd_prov_caps caps;
 	int do_bench = argc > 1 && !strcmp(argv[1], "--bench");
 	int status = 0;
-	int gs[2], vs[2];
-	pid_t gpid = -1, vpid = -1;
+	int gs[2], vs[2], os[2];
+	pid_t gpid = -1, vpid = -1, opid = -1;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	P = sd_provider_find("ucx");
@@ -906,7 +1024,7 @@ int main(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) || socketpair(AF_UNIX, SOCK_STREAM, 0, gs) ||
-	    socketpair(AF_UNIX, SOCK_STREAM, 0, vs))
+	    socketpair(AF_UNIX, SOCK_STREAM, 0, vs) || socketpair(AF_UNIX, SOCK_STREAM, 0, os))
 		return 1;
 	S.spin = do_bench;
 	if (!do_bench) {
@@ -920,6 +1038,11 @@ int main(int argc, char **argv)
 			victim(vs[1]);
 		}
 		close(vs[1]);
+		if ((opid = fork()) == 0) {
+			close(os[0]);
+			orderer(os[1]);
+		}
+		close(os[1]);
 	}
 	pid = fork();
 	if (pid == 0) {
@@ -978,6 +1101,8 @@ int main(int argc, char **argv)
 	if (!do_bench) {
 		printf("  dead address\n");
 		test_dead_address(gs[0], gpid);
+		printf("  set-up order\n");
+		test_setup_order(os[0], opid);
 		printf("  peer killed\n");
 		test_peer_killed(vs[0], vpid);
 	}

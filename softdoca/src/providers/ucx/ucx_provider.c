@@ -21,6 +21,10 @@
  * workers are kept apart; sends carry a per-connection sequence and the
  * receiver delivers in that order whatever the lanes did.
  *
+ * Endpoints: the connections between two instances share one endpoint, their
+ * link (see "Links": UCP pairs address-made endpoints in creation order).
+ * Connections within one instance and CM connections have their own.
+ *
  * Ordering: UCP orders neither RMA against AM nor puts' remote completion
  * against anything. So a connection tracks whether puts were issued since its
  * last ucp_ep_flush_nbx ("dirty"); a send, the immediate of a
@@ -197,7 +201,8 @@ struct am_hdr {
 	uint64_t uid;    /* the sender instance's uid */
 	uint64_t seq;    /* SEND / WIMM: per-connection sequence */
 };
-enum am_type { AM_HELLO = 1, AM_CM_REQ, AM_CM_ACCEPT, AM_CM_REJECT, AM_CM_RTU, AM_SEND, AM_WIMM, AM_BYE };
+enum am_type { AM_HELLO = 1, AM_CM_REQ, AM_CM_ACCEPT, AM_CM_REJECT, AM_CM_RTU, AM_SEND, AM_WIMM, AM_BYE,
+	       AM_UNLINK, AM_UNLINK_OK, AM_UNLINK_BUSY };
 #define AMF_IMM 1u
 
 struct uconn;
@@ -243,6 +248,24 @@ struct urx {                      /* an incoming message held by the provider */
 enum cstate { CS_NEW = 0, CS_CONNECTING, CS_CM_WAIT_REQ, CS_CM_REQUESTED, CS_CM_ACCEPTED, CS_ESTABLISHED,
 	      CS_FAILED, CS_CLOSING };
 
+/* The one endpoint from this instance to another instance's worker, shared by every
+ * connection between the two that was set up from worker addresses (see "Links"). */
+enum lstate { LK_OPEN = 0, LK_UNLINKING, LK_CLOSING };
+struct ulink {
+	struct ulink *next;
+	struct sd_prov *p;
+	uint64_t uid;                 /* the peer instance */
+	uint64_t nonce;               /* names this link in UNLINK / OK / BUSY */
+	ucp_ep_h ep;
+	void *close_req;
+	enum lstate state;
+	int refs;                     /* connections using ep */
+	int same_host;
+	int sends;                    /* UNLINK / answers UCX still holds */
+	int force;                    /* LK_CLOSING: close the ep without flushing it */
+	uint64_t deadline_ns;         /* UNLINKING: the answer's; OPEN and idle: when to ask again */
+};
+
 struct rkcache {
 	struct sd_prov_rkey *rk;
 	ucp_rkey_h h;
@@ -256,7 +279,10 @@ struct uconn {
 	enum cstate state;
 	int is_cm, cm_client, connected_local, hello_seen, closed_by_user, event_failed_sent;
 	int same_host;                /* ep without UCX peer-failure handling, so UCX may use shared memory */
-	ucp_ep_h ep;
+	ucp_ep_h ep;                  /* its own (CM, loopback) or its link's */
+	struct ulink *link;           /* set up from worker addresses: the shared endpoint it uses */
+	uint8_t *paddr;               /* waiting for its link (UNLINKING): the peer's worker address */
+	size_t paddr_len;
 	void *close_req;              /* ucp_ep_close_nbx in flight */
 	uint64_t close_seq;           /* closing: force-close once this flush (after BYE / REJECT) is done */
 	uint64_t deadline_ns;         /* set-up deadline */
@@ -317,6 +343,8 @@ struct sd_prov {
 	ucp_worker_h worker;
 	int efd;
 	struct uconn *conns;
+	struct ulink *links;
+	int link_waiters;          /* connections waiting for a link that is being unlinked */
 	struct uconn **slots;
 	uint32_t nslots;
 	uint32_t *gens;
@@ -725,11 +753,17 @@ static void close_cb(void *req, ucs_status_t s, void *user)
 	c->p->kick_any = 1;
 }
 
+static void link_put(struct uconn *c);
+
 static void close_ep(struct uconn *c, int force)
 {
 	ucp_request_param_t rp;
 	ucs_status_ptr_t r;
 
+	if (c->link || c->paddr) {
+		link_put(c); /* the link's endpoint stays for the other connections */
+		return;
+	}
 	if (!c->ep)
 		return;
 	memset(&rp, 0, sizeof(rp));
@@ -809,6 +843,313 @@ static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t s)
 			  SD_PROV_FAIL_REFUSED, "connection refused or unreachable: %s", ustr(s));
 }
 
+/* ------------------------------------------------------------------ links
+ * UCP pairs the endpoints that two workers create to each other's address in
+ * the order each side created them (per remote worker: the k-th on one side
+ * is connected to the k-th on the other). Two processes that set up several
+ * connections at once create them in different orders, so one endpoint per
+ * connection would cross them: connection X's puts would be served, and
+ * acknowledged, by the endpoint of another connection Z, and X would hang
+ * once Z closed (seen: a write of the transfer engine waiting for a flush
+ * that never completed). So every connection set up from worker addresses
+ * between two instances uses one endpoint: the link. Both sides create their
+ * link endpoints in step (the k-th link with the k-th), which holds because a
+ * link closes only when both sides agree: the side whose last connection left
+ * asks (UNLINK, naming its link), the other answers OK (it has none left
+ * either, and closes its own) or BUSY (a new connection uses it: both keep
+ * it). A connection that comes while its side asks waits for the answer.
+ * Both asking at once is agreement. No answer within timeout_ms: the peer is
+ * gone and the link closes. Loopback (the same instance) and CM connections
+ * keep endpoints of their own: UCP pairs neither by order. */
+static doca_error_t send_ctrl(struct uconn *c, enum am_type t, const void *priv, size_t priv_len);
+
+static struct ulink *link_find(struct sd_prov *p, uint64_t uid)
+{
+	for (struct ulink *l = p->links; l; l = l->next)
+		if (l->uid == uid && l->state != LK_CLOSING)
+			return l;
+	return NULL;
+}
+
+struct lmsg {
+	struct am_hdr h;
+	struct ulink *l;              /* NULL: an answer sent on a reply ep (nothing to count) */
+};
+
+static void lmsg_cb(void *req, ucs_status_t s, void *user)
+{
+	struct lmsg *m = user;
+
+	(void)s;
+	U.request_free(req);
+	if (m->l) {
+		m->l->sends--;
+		m->l->p->kick_any = 1;
+	}
+	free(m);
+}
+
+/* A link message (UNLINK with the reply flag; answers on the ep UNLINK came on). */
+static void link_msg(struct sd_prov *p, ucp_ep_h ep, struct ulink *l, enum am_type t, uint64_t nonce)
+{
+	struct lmsg *m = calloc(1, sizeof(*m));
+	ucp_request_param_t rp;
+	ucs_status_ptr_t r;
+
+	if (!m)
+		return; /* unanswered: the asking side's deadline closes the link */
+	m->h.magic = AM_MAGIC;
+	m->h.type = (uint8_t)t;
+	m->h.uid = p->uid;
+	m->h.seq = nonce;
+	m->l = l;
+	memset(&rp, 0, sizeof(rp));
+	rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+	rp.cb.send = lmsg_cb;
+	rp.user_data = m;
+	if (t == AM_UNLINK) {
+		rp.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+		rp.flags = UCP_AM_SEND_FLAG_REPLY;
+	}
+	r = U.am_send_nbx(ep, SD_UCX_AM_ID, &m->h, sizeof(m->h), NULL, 0, &rp);
+	if (r == NULL || UCS_PTR_IS_ERR(r)) {
+		free(m);
+		return;
+	}
+	if (l)
+		l->sends++;
+}
+
+static void link_close_cb(void *req, ucs_status_t s, void *user)
+{
+	struct ulink *l = user;
+
+	(void)s;
+	U.request_free(req);
+	l->close_req = NULL;
+	l->p->kick_any = 1;
+}
+
+/* Close the link (its ep is closed by link_pump: never inside a UCX callback). */
+static void link_close(struct ulink *l, int force)
+{
+	l->state = LK_CLOSING;
+	l->force |= force;
+	l->p->kick_any = 1;
+}
+
+static void link_close_ep(struct ulink *l)
+{
+	ucp_request_param_t rp;
+	ucs_status_ptr_t r;
+
+	memset(&rp, 0, sizeof(rp));
+	rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+	rp.flags = l->force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+	rp.cb.send = link_close_cb;
+	rp.user_data = l;
+	r = U.ep_close_nbx(l->ep, &rp);
+	l->ep = NULL;
+	if (r && !UCS_PTR_IS_ERR(r))
+		l->close_req = r;
+}
+
+/* The link's last connection left: ask the peer whether it may close. */
+static void link_unlink(struct ulink *l)
+{
+	l->state = LK_UNLINKING;
+	l->deadline_ns = now_ns() + l->p->timeout_ns;
+	link_msg(l->p, l->ep, l, AM_UNLINK, l->nonce);
+}
+
+static void link_put(struct uconn *c)
+{
+	struct ulink *l = c->link;
+
+	if (c->paddr) { /* it never got its link */
+		free(c->paddr);
+		c->paddr = NULL;
+		c->paddr_len = 0;
+		c->p->link_waiters--;
+	}
+	c->ep = NULL;
+	c->link = NULL;
+	if (!l)
+		return;
+	/* UCX may still hold requests of its ops: they only free memory now (see u_progress) */
+	while (c->outstanding) {
+		struct uop *o = c->outstanding;
+
+		o->gnext = NULL;
+		o->gated = 0;
+		if (o->status == DOCA_SUCCESS)
+			o->status = DOCA_ERROR_CONNECTION_RESET;
+		o->early = 1;
+		op_to_done(o);
+	}
+	if (--l->refs == 0 && l->state == LK_OPEN)
+		link_unlink(l);
+}
+
+static void link_err_cb(void *arg, ucp_ep_h ep, ucs_status_t s);
+
+static struct ulink *link_open(struct sd_prov *p, uint64_t uid, int same_host, const void *addr,
+			       struct sd_prov_why *why)
+{
+	struct ulink *l = calloc(1, sizeof(*l));
+	ucp_ep_params_t ep;
+	ucs_status_t s;
+	static uint64_t seq;
+
+	if (!l) {
+		WHY(why, "out of memory");
+		return NULL;
+	}
+	l->p = p;
+	l->uid = uid;
+	l->same_host = same_host;
+	l->nonce = p->uid ^ (++seq * 0x9e3779b97f4a7c15ull) ^ now_ns();
+	memset(&ep, 0, sizeof(ep));
+	if (same_host && !getenv("SOFTDOCA_UCX_PEER_ERRORS")) {
+		ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+		ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+	} else {
+		ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+		ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+		ep.err_handler.cb = link_err_cb;
+		ep.err_handler.arg = l;
+	}
+	ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+	ep.address = (const ucp_address_t *)addr;
+	s = U.ep_create(p->worker, &ep, &l->ep);
+	if (s != UCS_OK) {
+		WHY(why, "ucx: cannot reach the peer's worker address: %s", ustr(s));
+		free(l);
+		return NULL;
+	}
+	l->next = p->links;
+	p->links = l;
+	return l;
+}
+
+static void link_attach(struct uconn *c, struct ulink *l)
+{
+	c->link = l;
+	c->ep = l->ep;
+	l->refs++;
+	l->deadline_ns = 0;
+}
+
+/* A link failed (UCX reported the peer gone, or an op of one of its connections got no completion): every
+ * connection on it fails. */
+static void link_fail(struct ulink *l, ucs_status_t s, const char *why)
+{
+	if (l->state == LK_CLOSING)
+		return;
+	l->state = LK_CLOSING; /* its connections' link_put must not ask the peer */
+	for (struct uconn *c = l->p->conns; c; c = c->next) {
+		if (c->link != l)
+			continue;
+		if (c->state == CS_FAILED || c->state == CS_CLOSING)
+			link_put(c);
+		else if (c->state == CS_ESTABLISHED)
+			conn_fail(c, 1, DOCA_ERROR_CONNECTION_RESET, SD_PROV_FAIL_LOST, "%s%s", why, s ? ustr(s) : "");
+		else
+			conn_fail(c, 1, s == UCS_ERR_TIMED_OUT || s == UCS_ERR_ENDPOINT_TIMEOUT ? DOCA_ERROR_TIME_OUT
+											  : DOCA_ERROR_CONNECTION_ABORTED,
+				  SD_PROV_FAIL_REFUSED, "connection refused or unreachable: %s", s ? ustr(s) : why);
+	}
+	link_close(l, 1);
+}
+
+static void link_err_cb(void *arg, ucp_ep_h ep, ucs_status_t s)
+{
+	struct ulink *l = arg;
+
+	(void)ep;
+	if (l->state == LK_UNLINKING && !l->refs) { /* the peer closed its side: that is an answer too */
+		link_close(l, 1);
+		return;
+	}
+	link_fail(l, s, "connection lost: ");
+}
+
+/* UNLINK / OK / BUSY arrived (in the AM callback). */
+static void link_on_msg(struct sd_prov *p, const struct am_hdr *h, const ucp_am_recv_param_t *param)
+{
+	struct ulink *l = link_find(p, h->uid);
+
+	if (h->type == AM_UNLINK) {
+		ucp_ep_h reply = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
+		int busy;
+
+		if (!reply)
+			return;
+		/* ours is the endpoint it came on (the steps match): busy while a connection uses it; not ours or
+		 * none: we have nothing to keep */
+		busy = l && l->ep == reply && l->refs > 0;
+		link_msg(p, reply, NULL, busy ? AM_UNLINK_BUSY : AM_UNLINK_OK, h->seq);
+		if (l && l->ep == reply && !busy)
+			link_close(l, 0); /* both agree (or both asked): the answer leaves first */
+		return;
+	}
+	if (!l || l->state != LK_UNLINKING || l->nonce != h->seq)
+		return;
+	if (h->type == AM_UNLINK_OK) {
+		link_close(l, 0);
+	} else {
+		l->state = LK_OPEN;
+		l->deadline_ns = now_ns() + p->timeout_ns; /* idle still: ask again later */
+	}
+	p->kick_any = 1;
+}
+
+/* Links' deadlines, closes that finished, and connections waiting for their link. */
+static void link_pump(struct sd_prov *p, uint64_t now)
+{
+	for (struct ulink **pp = &p->links; *pp;) {
+		struct ulink *l = *pp;
+
+		if (l->state == LK_CLOSING && l->ep)
+			link_close_ep(l);
+		if (l->state == LK_CLOSING && !l->close_req && !l->sends) {
+			*pp = l->next;
+			free(l);
+			continue;
+		}
+		if (l->state == LK_UNLINKING && now > l->deadline_ns)
+			link_close(l, 1); /* no answer: the peer is gone */
+		else if (l->state == LK_OPEN && !l->refs && l->deadline_ns && now > l->deadline_ns)
+			link_unlink(l);
+		pp = &l->next;
+	}
+	if (!p->link_waiters)
+		return;
+	for (struct uconn *c = p->conns; c; c = c->next) {
+		struct sd_prov_why why = {{0}};
+		struct ulink *l;
+
+		if (!c->paddr)
+			continue;
+		l = link_find(p, c->peer_uid);
+		if (l && l->state == LK_UNLINKING)
+			continue;
+		if (!l)
+			l = link_open(p, c->peer_uid, c->same_host, c->paddr, &why);
+		free(c->paddr);
+		c->paddr = NULL;
+		c->paddr_len = 0;
+		p->link_waiters--;
+		if (!l) {
+			conn_fail(c, 1, DOCA_ERROR_CONNECTION_ABORTED, SD_PROV_FAIL_REFUSED, "%s", why.msg);
+			continue;
+		}
+		link_attach(c, l);
+		send_ctrl(c, AM_HELLO, NULL, 0);
+		conn_kick(c);
+	}
+}
+
 /* ------------------------------------------------------------------ AM rx */
 static void rxq_insert(struct uconn *c, struct urx *x)
 {
@@ -877,6 +1218,10 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t hlen, void *data
 	memcpy(&h, header, sizeof(h));
 	if (h.magic != AM_MAGIC)
 		return UCS_OK;
+	if (h.type >= AM_UNLINK && h.type <= AM_UNLINK_BUSY) {
+		link_on_msg(p, &h, param);
+		return UCS_OK;
+	}
 	if (h.type == AM_CM_REQ) {
 		/* the server's conn is the one whose ep is the reply ep */
 		if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
@@ -1291,7 +1636,7 @@ static int conn_pump(struct uconn *c, uint64_t now)
 	default:
 		break;
 	}
-	if (c->state == CS_CONNECTING && !c->is_cm && c->connected_local && c->hello_seen) {
+	if (c->state == CS_CONNECTING && !c->is_cm && c->connected_local && c->hello_seen && c->ep) {
 		n++;
 		established(c, NULL, 0);
 	}
@@ -1301,10 +1646,16 @@ static int conn_pump(struct uconn *c, uint64_t now)
 		conn_fail(c, 1, DOCA_ERROR_TIME_OUT, SD_PROV_FAIL_TIMEOUT,
 			  "no answer from the peer within %llu ms (address pointing nowhere, or the peer is gone)",
 			  (unsigned long long)(p->timeout_ns / 1000000));
-	else if (c->outstanding && c->state != CS_FAILED && now - c->outstanding->start_ns > p->timeout_ns)
-		conn_fail(c, 1, DOCA_ERROR_CONNECTION_RESET, SD_PROV_FAIL_LOST,
-			  "an operation got no completion within %llu ms: the peer is taken as gone",
-			  (unsigned long long)(p->timeout_ns / 1000000));
+	else if (c->outstanding && c->state != CS_FAILED && now - c->outstanding->start_ns > p->timeout_ns) {
+		char why[96];
+
+		snprintf(why, sizeof(why), "an operation got no completion within %llu ms: the peer is taken as gone",
+			 (unsigned long long)(p->timeout_ns / 1000000));
+		if (c->link) /* the endpoint is the link's: its other connections are as stuck */
+			link_fail(c->link, UCS_OK, why);
+		else
+			conn_fail(c, 1, DOCA_ERROR_CONNECTION_RESET, SD_PROV_FAIL_LOST, "%s", why);
+	}
 	if (c->pending_ev) {
 		int e = c->pending_ev;
 
@@ -1353,6 +1704,8 @@ static void conn_free(struct uconn *c)
 		p->conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
+	if (c->paddr)
+		link_put(c); /* closed while it waited for its link */
 	rkc_clear(c);
 	rxq_free(c);
 	free(c);
@@ -1392,6 +1745,8 @@ static int u_progress(struct sd_prov *p)
 	}
 	p->kick_any = 0;
 	now = now_ns();
+	if (p->links)
+		link_pump(p, now);
 	for (struct uconn *c = p->conns; c; c = c->next)
 		n += conn_pump(c, now);
 	while (p->done_head) {
@@ -1452,6 +1807,12 @@ static doca_error_t u_arm(struct sd_prov *p, int *max_sleep_ms)
 			next = c->deadline_ns;
 		if (c->outstanding && c->state != CS_FAILED && c->outstanding->start_ns + p->timeout_ns < next)
 			next = c->outstanding->start_ns + p->timeout_ns;
+	}
+	for (struct ulink *l = p->links; l; l = l->next) {
+		if (l->state == LK_CLOSING && (l->ep || (!l->close_req && !l->sends)))
+			return DOCA_ERROR_AGAIN;
+		if (l->state != LK_CLOSING && l->deadline_ns && l->deadline_ns < next)
+			next = l->deadline_ns;
 	}
 	s = U.worker_arm(p->worker);
 	if (s == UCS_ERR_BUSY)
@@ -1548,11 +1909,18 @@ static doca_error_t u_close(struct sd_prov *p)
 		return DOCA_ERROR_INVALID_VALUE;
 	if (p->nmr || p->nrkey)
 		return DOCA_ERROR_IN_USE;
+	for (struct ulink *l = p->links; l; l = l->next)
+		link_close(l, 1); /* before the connections leave them: no UNLINK */
 	for (struct uconn *c = p->conns; c; c = c->next) {
 		c->closed_by_user = 1;
 		if (c->state != CS_FAILED)
 			conn_fail(c, 1, DOCA_ERROR_CONNECTION_RESET, SD_PROV_FAIL_LOST, "provider closed");
+		if (c->link || c->paddr)
+			link_put(c);
 	}
+	for (struct ulink *l = p->links; l; l = l->next)
+		if (l->ep)
+			link_close_ep(l);
 	/* let the closes finish, bounded */
 	for (uint64_t end = now_ns() + (p->timeout_ns < 2000000000ull ? p->timeout_ns : 2000000000ull); now_ns() < end;) {
 		int busy = 0;
@@ -1560,6 +1928,8 @@ static doca_error_t u_close(struct sd_prov *p)
 		U.worker_progress(p->worker);
 		for (struct uconn *c = p->conns; c; c = c->next)
 			busy |= c->close_req != NULL || c->rx_placing;
+		for (struct ulink *l = p->links; l; l = l->next)
+			busy |= l->close_req != NULL || l->sends;
 		if (!busy)
 			break;
 	}
@@ -1603,6 +1973,12 @@ static doca_error_t u_close(struct sd_prov *p)
 
 		p->free_ops = o->next;
 		free(o);
+	}
+	while (p->links) { /* what UCX still held went with the worker */
+		struct ulink *l = p->links;
+
+		p->links = l->next;
+		free(l);
 	}
 	free(p->slots);
 	free(p->gens);
@@ -1920,7 +2296,35 @@ static doca_error_t u_conn_connect(struct sd_prov_conn *pc, const void *blob, si
 	c->peer_uid = get64(b);
 	c->peer_id = get64(b + 8);
 	c->same_host = c->p->host && get32(b + 20) == c->p->host && shm_enabled();
-	ep = ep_params(c);
+	if (c->peer_uid != c->p->uid) { /* another instance: the link to it (see "Links") */
+		struct ulink *l = link_find(c->p, c->peer_uid);
+
+		if (l && l->state == LK_UNLINKING) { /* wait for the peer's answer (link_pump) */
+			c->paddr = malloc(alen);
+			if (!c->paddr) {
+				c->peer_uid = c->peer_id = 0;
+				return DOCA_ERROR_NO_MEMORY;
+			}
+			memcpy(c->paddr, b + ADDR_BODY_FIXED, alen);
+			c->paddr_len = alen;
+			c->p->link_waiters++;
+		} else {
+			if (!l)
+				l = link_open(c->p, c->peer_uid, c->same_host, b + ADDR_BODY_FIXED, why);
+			if (!l) {
+				c->peer_uid = c->peer_id = 0;
+				return DOCA_ERROR_CONNECTION_ABORTED;
+			}
+			link_attach(c, l);
+		}
+		c->state = CS_CONNECTING;
+		c->connected_local = 1;
+		c->deadline_ns = now_ns() + c->p->timeout_ns;
+		e = c->ep ? send_ctrl(c, AM_HELLO, NULL, 0) : DOCA_SUCCESS;
+		conn_kick(c);
+		return e;
+	}
+	ep = ep_params(c); /* loopback: UCP connects the endpoint to itself */
 	ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
 	ep.address = (const ucp_address_t *)(b + ADDR_BODY_FIXED);
 	s = U.ep_create(c->p->worker, &ep, &c->ep);
@@ -2106,6 +2510,8 @@ static int u_closing(struct sd_prov *p)
 
 	for (struct uconn *c = p ? p->conns : NULL; c; c = c->next)
 		n += c->closed_by_user && c->state == CS_CLOSING && c->ep != NULL; /* its flush is not done */
+	for (struct ulink *l = p ? p->links : NULL; l; l = l->next)
+		n += l->state == LK_UNLINKING || l->ep || l->close_req; /* the peer's answer, the close's flush */
 	return n;
 }
 
