@@ -859,8 +859,11 @@ static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t s)
  * either, and closes its own) or BUSY (a new connection uses it: both keep
  * it). A connection that comes while its side asks waits for the answer.
  * Both asking at once is agreement. No answer within timeout_ms: the peer is
- * gone and the link closes. Loopback (the same instance) and CM connections
- * keep endpoints of their own: UCP pairs neither by order. */
+ * gone and the link closes. Where only one side sees a link fail (UCX's peer
+ * error, an op's deadline), the two may be out of step once: the next
+ * connection's ops get no completion, their deadline fails that link too, and
+ * both sides start again in step. Loopback (the same instance) and CM
+ * connections keep endpoints of their own: UCP pairs neither by order. */
 static doca_error_t send_ctrl(struct uconn *c, enum am_type t, const void *priv, size_t priv_len);
 
 static struct ulink *link_find(struct sd_prov *p, uint64_t uid)
