@@ -1588,6 +1588,12 @@ static int conn_pump(struct uconn *c, uint64_t now)
 			close_ep(c, 1);
 		return 0;
 	}
+	/* both HELLOs seen: established, before a BYE that came in the same round (the peer
+	 * was established when it sent it; the user sees established, then disconnected) */
+	if (c->state == CS_CONNECTING && !c->is_cm && c->connected_local && c->hello_seen && c->ep) {
+		n++;
+		established(c, NULL, 0);
+	}
 	switch (ev) {
 	case AM_CM_REQ:
 		if (c->state == CS_CM_REQUESTED && p->cbs.conn_request) {
@@ -1638,10 +1644,6 @@ static int conn_pump(struct uconn *c, uint64_t now)
 		break;
 	default:
 		break;
-	}
-	if (c->state == CS_CONNECTING && !c->is_cm && c->connected_local && c->hello_seen && c->ep) {
-		n++;
-		established(c, NULL, 0);
 	}
 	/* deadlines */
 	if ((c->state == CS_CONNECTING || c->state == CS_CM_WAIT_REQ || c->state == CS_CM_REQUESTED ||
