@@ -282,7 +282,6 @@ struct uconn {
 	ucp_ep_h ep;                  /* its own (CM, loopback) or its link's */
 	struct ulink *link;           /* set up from worker addresses: the shared endpoint it uses */
 	uint8_t *paddr;               /* waiting for its link (UNLINKING): the peer's worker address */
-	size_t paddr_len;
 	void *close_req;              /* ucp_ep_close_nbx in flight */
 	uint64_t close_seq;           /* closing: force-close once this flush (after BYE / REJECT) is done */
 	uint64_t deadline_ns;         /* set-up deadline */
@@ -743,6 +742,40 @@ static void submit_ordered(struct uconn *c, struct uop *o)
 }
 
 /* ------------------------------------------------------------------ failure */
+/* Endpoint parameters: a same-host peer (shared memory may serve it) gets no UCX peer-failure handling unless
+ * SOFTDOCA_UCX_PEER_ERRORS is set (docs/providers.md, "Shared memory on one host"). */
+static ucp_ep_params_t ep_params_for(int same_host, ucp_err_handler_cb_t cb, void *arg)
+{
+	ucp_ep_params_t ep;
+
+	memset(&ep, 0, sizeof(ep));
+	if (same_host && !getenv("SOFTDOCA_UCX_PEER_ERRORS")) {
+		ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+		ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+		return ep;
+	}
+	ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+	ep.err_handler.cb = cb;
+	ep.err_handler.arg = arg;
+	return ep;
+}
+
+/* ucp_ep_close_nbx: forced or after a flush; the request UCX still holds, or NULL. */
+static void *ep_close(ucp_ep_h ep, int force, ucp_send_nbx_callback_t cb, void *user)
+{
+	ucp_request_param_t rp;
+	ucs_status_ptr_t r;
+
+	memset(&rp, 0, sizeof(rp));
+	rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+	rp.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+	rp.cb.send = cb;
+	rp.user_data = user;
+	r = U.ep_close_nbx(ep, &rp);
+	return r && !UCS_PTR_IS_ERR(r) ? r : NULL;
+}
+
 static void close_cb(void *req, ucs_status_t s, void *user)
 {
 	struct uconn *c = user;
@@ -757,24 +790,14 @@ static void link_put(struct uconn *c);
 
 static void close_ep(struct uconn *c, int force)
 {
-	ucp_request_param_t rp;
-	ucs_status_ptr_t r;
-
 	if (c->link || c->paddr) {
 		link_put(c); /* the link's endpoint stays for the other connections */
 		return;
 	}
 	if (!c->ep)
 		return;
-	memset(&rp, 0, sizeof(rp));
-	rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-	rp.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-	rp.cb.send = close_cb;
-	rp.user_data = c;
-	r = U.ep_close_nbx(c->ep, &rp);
+	c->close_req = ep_close(c->ep, force, close_cb, c);
 	c->ep = NULL;
-	if (r && !UCS_PTR_IS_ERR(r))
-		c->close_req = r;
 }
 
 static void rxq_free(struct uconn *c)
@@ -943,18 +966,8 @@ static void link_close(struct ulink *l, int force)
 
 static void link_close_ep(struct ulink *l)
 {
-	ucp_request_param_t rp;
-	ucs_status_ptr_t r;
-
-	memset(&rp, 0, sizeof(rp));
-	rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-	rp.flags = l->force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-	rp.cb.send = link_close_cb;
-	rp.user_data = l;
-	r = U.ep_close_nbx(l->ep, &rp);
+	l->close_req = ep_close(l->ep, l->force, link_close_cb, l);
 	l->ep = NULL;
-	if (r && !UCS_PTR_IS_ERR(r))
-		l->close_req = r;
 }
 
 /* The link's last connection left: ask the peer whether it may close. */
@@ -972,7 +985,6 @@ static void link_put(struct uconn *c)
 	if (c->paddr) { /* it never got its link */
 		free(c->paddr);
 		c->paddr = NULL;
-		c->paddr_len = 0;
 		c->p->link_waiters--;
 	}
 	c->ep = NULL;
@@ -1012,16 +1024,7 @@ static struct ulink *link_open(struct sd_prov *p, uint64_t uid, int same_host, c
 	l->uid = uid;
 	l->same_host = same_host;
 	l->nonce = p->uid ^ (++seq * 0x9e3779b97f4a7c15ull) ^ now_ns();
-	memset(&ep, 0, sizeof(ep));
-	if (same_host && !getenv("SOFTDOCA_UCX_PEER_ERRORS")) {
-		ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-		ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-	} else {
-		ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-		ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-		ep.err_handler.cb = link_err_cb;
-		ep.err_handler.arg = l;
-	}
+	ep = ep_params_for(same_host, link_err_cb, l);
 	ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
 	ep.address = (const ucp_address_t *)addr;
 	s = U.ep_create(p->worker, &ep, &l->ep);
@@ -1141,7 +1144,6 @@ static void link_pump(struct sd_prov *p, uint64_t now)
 			l = link_open(p, c->peer_uid, c->same_host, c->paddr, &why);
 		free(c->paddr);
 		c->paddr = NULL;
-		c->paddr_len = 0;
 		p->link_waiters--;
 		if (!l) {
 			conn_fail(c, 1, DOCA_ERROR_CONNECTION_ABORTED, SD_PROV_FAIL_REFUSED, "%s", why.msg);
@@ -2213,19 +2215,7 @@ static int shm_enabled(void)
 
 static ucp_ep_params_t ep_params(struct uconn *c)
 {
-	ucp_ep_params_t ep;
-
-	memset(&ep, 0, sizeof(ep));
-	if (c->same_host && !getenv("SOFTDOCA_UCX_PEER_ERRORS")) {
-		ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-		ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-		return ep;
-	}
-	ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-	ep.err_handler.cb = err_cb;
-	ep.err_handler.arg = c;
-	return ep;
+	return ep_params_for(c->same_host, err_cb, c);
 }
 
 static doca_error_t u_conn_create(struct sd_prov *p, void *ctx, struct sd_prov_conn **out)
@@ -2311,7 +2301,6 @@ static doca_error_t u_conn_connect(struct sd_prov_conn *pc, const void *blob, si
 				return DOCA_ERROR_NO_MEMORY;
 			}
 			memcpy(c->paddr, b + ADDR_BODY_FIXED, alen);
-			c->paddr_len = alen;
 			c->p->link_waiters++;
 		} else {
 			if (!l)
@@ -2322,27 +2311,22 @@ static doca_error_t u_conn_connect(struct sd_prov_conn *pc, const void *blob, si
 			}
 			link_attach(c, l);
 		}
-		c->state = CS_CONNECTING;
-		c->connected_local = 1;
-		c->deadline_ns = now_ns() + c->p->timeout_ns;
-		e = c->ep ? send_ctrl(c, AM_HELLO, NULL, 0) : DOCA_SUCCESS;
-		conn_kick(c);
-		return e;
-	}
-	ep = ep_params(c); /* loopback: UCP connects the endpoint to itself */
-	ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-	ep.address = (const ucp_address_t *)(b + ADDR_BODY_FIXED);
-	s = U.ep_create(c->p->worker, &ep, &c->ep);
-	if (s != UCS_OK) {
-		c->ep = NULL;
-		WHY(why, "ucx: cannot reach the peer's worker address: %s", ustr(s));
-		c->peer_uid = c->peer_id = 0;
-		return DOCA_ERROR_CONNECTION_ABORTED;
+	} else {
+		ep = ep_params(c); /* loopback: UCP connects the endpoint to itself */
+		ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+		ep.address = (const ucp_address_t *)(b + ADDR_BODY_FIXED);
+		s = U.ep_create(c->p->worker, &ep, &c->ep);
+		if (s != UCS_OK) {
+			c->ep = NULL;
+			WHY(why, "ucx: cannot reach the peer's worker address: %s", ustr(s));
+			c->peer_uid = c->peer_id = 0;
+			return DOCA_ERROR_CONNECTION_ABORTED;
+		}
 	}
 	c->state = CS_CONNECTING;
 	c->connected_local = 1;
 	c->deadline_ns = now_ns() + c->p->timeout_ns;
-	e = send_ctrl(c, AM_HELLO, NULL, 0);
+	e = c->ep ? send_ctrl(c, AM_HELLO, NULL, 0) : DOCA_SUCCESS; /* a waiting one says HELLO once attached */
 	conn_kick(c);
 	return e;
 }
