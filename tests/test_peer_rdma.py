@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from peer_handlers import framed, pattern
 from peer_raw import RawClient, status_of, wait_until
-from peer_util import Proc, Server, write_spec
+from peer_util import SPEC, Proc, Server, write_spec
 
 from pydoca.descriptor import DescriptorError, write_descriptor
 import pydoca
@@ -285,6 +285,28 @@ def test_responder_gone_fails_requester(tmp_path: Path) -> None:
                     time.sleep(0.05)
     finally:
         srv.kill()
+
+
+def test_write_source_freed_before_its_answer(tmp_path: Path) -> None:
+    """A write's local source (a staging slot; a registration of the caller's buffer past 64 KiB) is
+    freed once its RDMA write completed, while the handler still runs: the answer does not wait on it."""
+    spec = SPEC + '  - {path: /slowbig, type: write, buffer: {size: 128KiB}, handler: "peer_handlers:slow_write"}\n'
+    srv = Server(write_spec(tmp_path, spec))
+    try:
+        with Requester.connect(srv.address, name="early", timeout=10) as req:
+            free = len(req._free_stage)
+            for size in (20_000, 100_000):                   # staged; registered in place
+                op = req._start_write("/slowbig", b"0.6".ljust(size), 0, True, False)  # the handler sleeps 0.6 s
+                req.pe.run_until(lambda: op.inflight == 1 or op.finished, 5, what="launch")
+                assert op.own and len(req._free_stage) == free - (size <= 65536)
+                req.pe.run_until(lambda: op.inflight == 0, 5, what="the write's completion")
+                assert not op.answered and op.own == [] and op.stage_slot is None
+                assert len(req._free_stage) == free
+                t0 = time.monotonic()
+                req._wait(op, 5)                              # then the handler's OK, as before
+                assert op.error is None and time.monotonic() - t0 > 0.3
+    finally:
+        assert srv.terminate() == 0, srv.stderr[-3000:]
 
 
 def test_inline_handlers_run_on_the_serving_thread() -> None:

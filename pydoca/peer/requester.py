@@ -577,6 +577,10 @@ class Requester:
                     self._answer(op, error=Disconnected(f"RDMA {op.kind} failed: {t.error}"))
                 elif then is not None and not op.answered:
                     then()
+                elif op.kind == "write" and op.inflight == 0:
+                    # a write's one transfer is done: free its source now, while the answer is on its way,
+                    # not after it (a 4 MiB write's map and buffers take tens of microseconds to close)
+                    self._release_local(op)
             finally:
                 self._maybe_done(op)
         task.add_done_callback(done)
