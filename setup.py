@@ -48,10 +48,11 @@ if HAVE_OFI:
 LAYER_DIRS = ["common", "engine", "rdma"]
 SRC = [c for d in LAYER_DIRS for c in sorted(glob.glob(f"softdoca/src/{d}/*.c"))] + \
     ["softdoca/src/providers/provider.c"] + \
-    (["softdoca/src/providers/ucx/ucx_provider.c"] if HAVE_UCX else []) + \
+    (sorted(glob.glob("softdoca/src/providers/ucx/*.c")) if HAVE_UCX else []) + \
     (sorted(glob.glob("softdoca/src/providers/ofi/*.c")) if HAVE_OFI else [])
 DEPENDS = sorted([h for d in LAYER_DIRS for h in glob.glob(f"softdoca/src/{d}/*.h")]
-                 + glob.glob("softdoca/src/providers/*.h") + glob.glob("softdoca/src/providers/ofi/*.h")
+                 + glob.glob("softdoca/src/providers/*.h") + glob.glob("softdoca/src/providers/ucx/*.h")
+                 + glob.glob("softdoca/src/providers/ofi/*.h")
                  + glob.glob("cdefs/*.h")
                  + glob.glob("softdoca/include/decl/*.h"))
 INCLUDES = ["softdoca/include", "cdefs", "softdoca/src"] + [f"softdoca/src/{d}" for d in LAYER_DIRS]
