@@ -137,6 +137,18 @@ static void cb_rx_done(void *arg, void *rx_ctx, doca_error_t st, size_t len)
 	S.nrx_done++;
 }
 
+/* A write submitted from inside a callback (as softdoca's bridge does): on the next DISCONNECTED event
+ * of another connection, once (test_setup_order). */
+static struct {
+	struct sd_prov_conn *on;
+	struct sd_prov_iov iov;
+	struct sd_prov_rkey *rk;
+	uint64_t raddr;
+	struct op *o;
+	doca_error_t rc;
+	int fired;
+} W;
+
 static void cb_conn_event(void *arg, struct sd_prov_conn *c, void *cctx, const struct sd_prov_conn_event *ev)
 {
 	(void)arg; (void)c; (void)cctx;
@@ -145,6 +157,10 @@ static void cb_conn_event(void *arg, struct sd_prov_conn *c, void *cctx, const s
 	case SD_PROV_EV_REJECTED: S.rejected++; break;
 	case SD_PROV_EV_FAILED: S.failed++; S.fail_status = ev->status; break;
 	case SD_PROV_EV_DISCONNECTED: S.disconnected++; break;
+	}
+	if (ev->ev == SD_PROV_EV_DISCONNECTED && W.on && c != W.on && !W.fired) {
+		W.fired = 1;
+		W.rc = P->write(W.on, &W.iov, 1, W.rk, W.raddr, W.o);
 	}
 	if (ev->priv_len && ev->priv_len < sizeof(S.priv)) {
 		memcpy(S.priv, ev->priv, ev->priv_len);
@@ -782,6 +798,8 @@ static void orderer(int sock)
 		uint64_t ok;
 
 		swap_conns(sock, q, 1);
+		if (wait_for(NULL, NULL, sock, 15000) != 2 || read(sock, &go, 1) != 1)
+			_exit(1);
 		P->conn_close(q[1]); /* set up first here, last there */
 		wait_for(NULL, NULL, -1, 300);
 		msend(sock, &round, sizeof(round));
@@ -821,11 +839,25 @@ static void test_setup_order(int sock, pid_t pid)
 		doca_error_t e;
 
 		swap_conns(sock, p, 0);
-		if (wait_for(NULL, NULL, sock, 15000) != 2 || mrecv(sock, &r, sizeof(r)) != sizeof(r))
-			exit(1);
 		fill(src, sizeof(src), m.seed);
 		t0 = now_ms();
-		e = run_op(&o, P->write(p[0], &iv, 1, rk, base + m.off, &o));
+		if (round == 0) {
+			/* the write goes out from inside the progress round that reports p[1]'s close, before p[0]
+			 * (older, later in the provider's list) is pumped in that round: its timeout must not take
+			 * the op's start as already 5 s old (it did: unsigned underflow, the link failed) */
+			W = (__typeof__(W)){ .on = p[0], .iov = iv, .rk = rk, .raddr = base + m.off, .o = &o };
+		}
+		if (write(sock, "g", 1) != 1 || wait_for(NULL, NULL, sock, 15000) != 2 ||
+		    mrecv(sock, &r, sizeof(r)) != sizeof(r))
+			exit(1);
+		if (round == 0) {
+			CHECK(W.fired, "round 0: the peer's close was reported after the write was armed");
+			e = W.fired ? W.rc : P->write(p[0], &iv, 1, rk, base + m.off, &o);
+			e = run_op(&o, e);
+			memset(&W, 0, sizeof(W));
+		} else {
+			e = run_op(&o, P->write(p[0], &iv, 1, rk, base + m.off, &o));
+		}
 		CHECK(e == DOCA_SUCCESS, "round %d: a write on the connection the peer kept: %s after %llu ms", round,
 		      sd_prov_strerror(e), (unsigned long long)(now_ms() - t0));
 		msend(sock, &m, sizeof(m));

@@ -386,7 +386,7 @@ int ux_conn_pump(struct uconn *c, uint64_t now)
 		ux_conn_fail(c, 1, DOCA_ERROR_TIME_OUT, SD_PROV_FAIL_TIMEOUT,
 			     "no answer from the peer within %llu ms (address pointing nowhere, or the peer is gone)",
 			     (unsigned long long)(p->timeout_ns / 1000000));
-	else if (c->outstanding && c->state != CS_FAILED && now - c->outstanding->start_ns > p->timeout_ns) {
+	else if (c->outstanding && c->state != CS_FAILED && now > c->outstanding->start_ns + p->timeout_ns) {
 		char why[96];
 
 		snprintf(why, sizeof(why), "an operation got no completion within %llu ms: the peer is taken as gone",
