@@ -40,9 +40,6 @@ KNOWN = [
     "tests/test_rdma.py::test_out_of_bounds_and_wrong_key_and_stopped_mmap[key]",
     # no revocation at the target on tcp / shared memory: a stopped map stays reachable through an old key
     "tests/test_rdma.py::test_out_of_bounds_and_wrong_key_and_stopped_mmap[stopped]",
-    # UCX 1.13.1 aborts the target process (ucp_put_handler: "unexpected error: Endpoint timeout") when a
-    # requester leaves with puts in flight over tcp
-    "tests/test_peer_rdma.py::test_close_with_async_operations_pending",
 ]
 SUITES = ["tests/test_rdma.py", "tests/test_peer_rdma.py", "tests/test_peer_posted.py", "tests/test_batch.py",
           "tests/test_sync_event.py", "tests/test_peer_channel.py", "tests/test_transfer.py", "tests/test_samples.py",
@@ -52,8 +49,8 @@ MSG_NATIVE = ["tests/test_rdma.py", "-k", "send or immediate or rnr or parked or
 # Between two network namespaces over a veth pair (two hosts as far as UCX can tell: another mount namespace,
 # so UCX keeps peer-failure handling and takes tcp)
 NETNS = ["tests/test_peer_netns.py"]
-# per UCX transport: what differs from tcp (UCX 1.13.1 aborts only over tcp, see KNOWN)
-TLS = {"tcp": KNOWN, "posix,cma": KNOWN[:3]}
+# per UCX transport: what differs from native
+TLS = {"tcp": KNOWN, "posix,cma": KNOWN}
 # per UCX transport: tests left out by keyword. Shared memory does not reach another host: the tests between two
 # network namespaces (two hosts to UCX: another mount namespace) run over tcp only
 SKIP_K = {"tcp": "", "posix,cma": "not netns and not slices_spread_over_devices"}
