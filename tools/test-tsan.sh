@@ -43,8 +43,7 @@ if [ $# -eq 0 ]; then
          --deselect "tests/test_rdma.py::test_out_of_bounds_and_wrong_key_and_stopped_mmap[stopped]")
   if has ucp/api/ucp.h; then
     run "SOFTDOCA_PROVIDER=ucx UCX_TLS=tcp UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none" \
-      tests/test_rdma.py tests/test_peer_rdma.py "${known[@]}" \
-      --deselect tests/test_peer_rdma.py::test_close_with_async_operations_pending
+      tests/test_rdma.py tests/test_peer_rdma.py "${known[@]}"
   fi
   if has rdma/fabric.h; then
     run "SOFTDOCA_PROVIDER=ofi FI_PROVIDER=tcp" tests/test_rdma.py tests/test_peer_rdma.py "${known[@]}"
