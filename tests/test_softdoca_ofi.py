@@ -37,10 +37,12 @@ pytestmark = [
 # (CONNECTION_RESET), by shm only at the deadline
 OFI_KNOWN = KNOWN[:3]
 FABRICS = {"tcp": "", "shm": "not netns and not slices_spread_over_devices"}
-# shm runs in the plain run since the fixes of 2026-11-26 (passed 6 of 6 gated runs before it was turned on);
-# PYDOCA_OFI_SHM_MATRIX=0 leaves it out. The sanitized runs keep tcp only, within CI's time; the provider's own
-# two-process C test runs shm in every run (tests/test_softdoca_providers.py)
-if SANITIZED or os.environ.get("PYDOCA_OFI_SHM_MATRIX") == "0":
+# shm is gated again (PYDOCA_OFI_SHM_MATRIX=1 runs it): after 6 of 6 gated runs it ran in every plain run, and
+# then hung once, in a fresh clone's full run (test_rdma.py under shm, cut at 840 s; 0 of 10 runs of that suite
+# alone hung), the way docs/providers.md says shm 1.17's lock in shared memory can. The sanitized runs keep tcp
+# only, within CI's time; the provider's own two-process C test runs shm in every run
+# (tests/test_softdoca_providers.py)
+if SANITIZED or os.environ.get("PYDOCA_OFI_SHM_MATRIX") != "1":
     FABRICS = {"tcp": ""}
 # shm under one long-lived process (docs/providers.md): a peer that died or refused an operation used to block
 # every later operation of the process (shm 1.17 answers an endpoint's operations in one FIFO); the provider now

@@ -81,10 +81,16 @@ def _probe(*args: str, env: Dict[str, str], timeout: float = 60) -> str:
 
 
 def _suite(tests: List[str], deselect: List[str], env: Dict[str, str], keyword: str = "") -> None:
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests] + (["-k", keyword] if keyword else [])
+    # -v: each test's name is printed as it starts, so a run cut by the timeout names the test it hung in
+    argv = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", *tests] + (["-k", keyword] if keyword else [])
     for test in deselect:
         argv += ["--deselect", test]
-    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=840, cwd=ROOT)
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=840, cwd=ROOT)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        pytest.fail(f"{' '.join(tests)} under {env.get('SOFTDOCA_PROVIDER')} ({env.get('UCX_TLS') or env.get('FI_PROVIDER')}) "
+                    f"did not finish within 840 s; its last output:\n{out[-3000:]}")
     tail = (r.stdout + r.stderr)[-4000:]
     assert r.returncode == 0, tail
     last = tail.strip().splitlines()[-1]
