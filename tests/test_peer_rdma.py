@@ -309,6 +309,31 @@ def test_write_source_freed_before_its_answer(tmp_path: Path) -> None:
         assert srv.terminate() == 0, srv.stderr[-3000:]
 
 
+def test_stop_before_serve_forever_is_not_lost() -> None:
+    """stop() between start() and serve_forever() (pydoca serve: a SIGTERM right after "serving") ends the
+    serve_forever() that follows at once; it used to be reset there, and the responder served on."""
+    import threading
+    from rdma_util import free_port
+    resp = Responder(f"127.0.0.1:{free_port()}", name="stopfirst")
+    resp.add_endpoint("/echo", "call", 64, lambda p: p)
+    resp.start()
+    try:
+        resp.stop()
+        server = threading.Thread(target=resp.serve_forever, daemon=True)
+        server.start()
+        server.join(3)
+        assert not server.is_alive(), "serve_forever() ignored a stop() made before it"
+        server = threading.Thread(target=resp.serve_forever, daemon=True)   # consumed: the next one serves
+        server.start()
+        with Requester.connect(resp.address) as req:
+            assert req.call("/echo", b"again") == b"again"
+        resp.stop()
+        server.join(3)
+        assert not server.is_alive()
+    finally:
+        resp.close()
+
+
 def test_inline_handlers_run_on_the_serving_thread() -> None:
     import threading
     from rdma_util import free_port

@@ -288,13 +288,13 @@ class Responder:
         self.close()
 
     def stop(self) -> None:
-        """Make ``serve_forever()`` return after the current iteration."""
+        """Make ``serve_forever()`` return after the current iteration; called before it (a SIGTERM right
+        after start), the next ``serve_forever()`` returns at once: a stop is never lost."""
         self._stopping = True
 
     def serve_forever(self, until: Optional[Callable[[], bool]] = None, *, poll: float = 0.1) -> None:
         """Serve until ``stop()`` (or ``until()`` is true)."""
         self.start()
-        self._stopping = False
         self._serving = threading.current_thread()
         self.pool.defer = True      # a pass's handlers start as the next pass goes into its wait (_wait)
         self._baton.acquire()
@@ -309,6 +309,7 @@ class Responder:
         except _ServingEnded:
             pass
         finally:
+            self._stopping = False          # the stop that ended this run is consumed here, not at the start
             self._here_ok = False
             self._stop_watch()
             self._baton.release()
