@@ -432,6 +432,30 @@ def test_cm_accept_private_data_reaches_requester(local: Local, peer: PeerProc) 
     peer.answer("progress")
 
 
+def test_wait_established_after_the_peer_already_left(local: Local) -> None:
+    """The peer connects, and leaves before this side progresses: one progress
+    delivers both events. The connection was established, so waiting for that
+    succeeds (a docs example's responder failed here once), and the state says
+    it has ended since; tasks on it fail with a reset."""
+    other = Local()
+    try:
+        mine, conn = local.rdma.export()
+        theirs, their_conn = other.rdma.export()
+        local.rdma.connect(theirs, conn)
+        other.rdma.connect(mine, their_conn)
+        their_conn.wait_established(10)
+        their_conn.disconnect()
+        other.pe.run_until(lambda: their_conn.closed, 5)
+        time.sleep(0.5)                       # this side's engine thread queues both events meanwhile
+        assert conn.wait_established(5) is conn
+        assert conn.ever_established and conn.state is pydoca.ConnectionState.DISCONNECTED
+        lm = local.local(bytearray(8))
+        with pytest.raises(E.DocaError):
+            local.rdma.write(conn, local.inv.buffer(lm), local.inv.buffer(lm)).result(timeout=5)
+    finally:
+        other.close()
+
+
 @pytest.mark.parametrize("how", ["truncated", "bitflip", "garbage", "empty-ish"])
 def test_malformed_connection_blob(local: Local, how: str) -> None:
     other = Local()

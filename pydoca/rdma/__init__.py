@@ -220,6 +220,7 @@ class Rdma(SyncEventTasksMixin, BatchMixin, Context):
             conn._c = c_conn
         if kind == _EV_ESTABLISHED:
             conn.state = ConnectionState.ESTABLISHED
+            conn.ever_established = True
             if conn.incoming:
                 self._ready_push(conn)
         elif kind == _EV_FAILURE:

@@ -38,6 +38,7 @@ class Connection:
         self.incoming = incoming
         self.user_data = user_data
         self.state = ConnectionState.REQUESTED if incoming else ConnectionState.PENDING
+        self.ever_established = False                     # set by the established event, never cleared
         self._ud = callbacks.new_id()
         self._requested_at = 0.0                          # incoming: when the request arrived
         self._target: Optional[tuple[str, int]] = None    # outgoing RDMA CM: where we dial
@@ -168,11 +169,17 @@ class Connection:
         ``TimeOutError`` ("timed out": the peer did not answer within the
         connection request timeout), ``DocaConnectionRefusedError`` ("refused":
         nothing listens there; also a ``ConnectionRefusedError``) or
-        ``DocaConnectionResetError`` ("rejected" by the peer; "lost")."""
+        ``DocaConnectionResetError`` ("rejected" by the peer; "lost").
+
+        A connection that was established and then ended before this call
+        looked (one progress delivers both events, e.g. a peer that wrote and
+        left) was established: it is returned, with ``state`` telling that it
+        has ended since, and its tasks fail with a reset as on any closed
+        connection."""
         where = self._describe_peer()
         self.rdma.pe.run_until(lambda: self.state is not ConnectionState.PENDING, timeout,
                                what=f"connection{where} to be established")
-        if self.state is not ConnectionState.ESTABLISHED:
+        if self.state is not ConnectionState.ESTABLISHED and not self.ever_established:
             raise self.failure_error()
         return self
 
