@@ -385,6 +385,10 @@ struct sd_ctx_ops {
 	/* A thread waiting on the pe was woken by fds this ctx registered with
 	 * sd_pe_watch (their tags): read them now, on that thread. May be NULL. */
 	void (*service)(struct doca_ctx *ctx, const uint64_t *tags, int ntags);
+	/* A thread is about to sleep on the pe (softdoca_pe_wait,
+	 * doca_pe_request_notification): whatever it progressed itself must be
+	 * someone else's job again. May be NULL. */
+	void (*sleeping)(struct doca_ctx *ctx);
 };
 
 struct doca_ctx {

@@ -288,6 +288,20 @@ static void pe_service(struct doca_pe *pe, const struct epoll_event *evs, int n)
 		free(arr);
 }
 
+/* The pe's thread is about to sleep: its ctxs hand back what it progressed itself. */
+static void pe_sleeping(struct doca_pe *pe)
+{
+	struct doca_ctx *stack[SD_PE_SNAP], **arr;
+	size_t nctx;
+
+	arr = snapshot(pe, stack, &nctx);
+	for (size_t i = 0; i < nctx; i++)
+		if (sd_handle_live_kind(arr[i], SD_H_CTX) && arr[i]->pe == pe && arr[i]->ops->sleeping)
+			arr[i]->ops->sleeping(arr[i]);
+	if (arr != stack)
+		free(arr);
+}
+
 /* Read what woke a waiter (or is waiting): the watched fds that are ready. */
 static void pe_service_ready(struct doca_pe *pe)
 {
@@ -364,8 +378,11 @@ SD_EXPORT int softdoca_pe_wait(struct doca_pe *pe, int timeout_ms, int spin_us)
 				break;
 		}
 	}
-	if (n == 0)
+	if (n == 0) {
+		if (timeout_ms != 0)
+			pe_sleeping(pe);
 		n = epoll_wait(pe->epfd, evs, SD_PE_WAIT_EVS, timeout_ms);
+	}
 	if (max && timeout_ms != 0)
 		pe->spin_ns = n > 0 && sd_now_ns() - t0 <= max ? max : budget / 2;
 	atomic_store(&pe->armed, 0);
@@ -416,6 +433,7 @@ SD_EXPORT doca_error_t doca_pe_request_notification(struct doca_pe *pe)
 	CHECK_PE(pe);
 	if (pe->event_mode == DOCA_PE_EVENT_MODE_PROGRESS_ALL)
 		efd_drain(pe->efd);
+	pe_sleeping(pe);
 	/* arm first, then look: a completion racing with us signals either way */
 	atomic_store(&pe->armed, 1);
 	if (pe_pending(pe))

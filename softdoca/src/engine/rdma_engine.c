@@ -142,6 +142,7 @@ void sd_eng_unlock(void)
 static const struct sd_eng_hook *eng_hook;
 static struct sd_ep *eng_hook_ep;
 static int eng_hook_added;
+static int eng_hook_watched;   /* its fd's events are EPOLLIN (else 0: see sd_eng_hook_watch) */
 
 /* ---------------------------------------------------------------- epoll set */
 int sd_eng_ep_open(void)
@@ -214,15 +215,27 @@ void sd_eng_set_hook(const struct sd_eng_hook *hook, struct sd_ep *ep)
 	eng_hook_ep = hook ? ep : NULL;
 	eng_hook_added = 0;
 	if (eng_hook_ep && eng.epfd >= 0 && sd_eng_ep_add(eng_hook_ep, EPOLLIN) == 0)
-		eng_hook_added = 1;
+		eng_hook_added = eng_hook_watched = 1;
 	if (hook)
 		sd_eng_kick();
+}
+
+/* Whether the engine's epoll set watches the provider's fd (engine lock held):
+ * while an application thread progresses the provider itself the engine
+ * leaves it (rdma_loop.c: every completion would wake the engine thread only
+ * to find the work done and contend for the engine lock). */
+void sd_eng_hook_watch(int on)
+{
+	if (!eng_hook_ep || !eng_hook_added || eng.epfd < 0 || eng_hook_watched == !!on)
+		return;
+	sd_eng_ep_mod(eng_hook_ep, on ? EPOLLIN : 0);
+	eng_hook_watched = !!on;
 }
 
 const struct sd_eng_hook *sd_eng_get_hook(void)
 {
 	if (eng_hook_ep && !eng_hook_added && eng.epfd >= 0 && sd_eng_ep_add(eng_hook_ep, EPOLLIN) == 0)
-		eng_hook_added = 1;
+		eng_hook_added = eng_hook_watched = 1;
 	return eng_hook;
 }
 

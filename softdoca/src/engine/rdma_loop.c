@@ -21,6 +21,7 @@
  * (T, default 5000), and an engine check: a link with work outstanding pings
  * its peer after T/4 of silence and is declared dead after T of silence.
  */
+#define _GNU_SOURCE
 #include "rdma.h"
 
 #include <errno.h>
@@ -40,6 +41,10 @@ static struct {
 	struct sd_engthr *cur;       /* engine lock */
 	int nrdma;                   /* engine lock */
 	struct doca_rdma *rdmas;     /* started contexts (engine lock) */
+	uint64_t sleep_until;        /* engine lock: when the engine thread wakes at the latest (see loop_main) */
+	_Atomic uint64_t app_polled_ns; /* an application thread last progressed the provider (sd_eng_poll); 0: it sleeps */
+	atomic_int unwatched;        /* the engine left the provider's fd to that thread (sd_eng_hook_watch(0)) */
+	_Atomic uint64_t app_slept_ns; /* an application thread last went to sleep on a pe (sd_eng_app_sleeps) */
 } loop = {
 	.life = PTHREAD_MUTEX_INITIALIZER,
 };
@@ -54,6 +59,10 @@ static void loop_atfork_child(void)
 	loop.cur = NULL;
 	loop.nrdma = 0;
 	loop.rdmas = NULL;
+	loop.sleep_until = 0;
+	atomic_store(&loop.app_polled_ns, 0);
+	atomic_store(&loop.unwatched, 0);
+	atomic_store(&loop.app_slept_ns, 0);
 }
 
 static void loop_init_once(void)
@@ -137,11 +146,29 @@ void sd_eng_poll(struct doca_rdma *rdma)
 				link_on_event_off_engine(l);
 		}
 		/* a provider's completions too (SOFTDOCA_PROVIDER): the engine thread
-		 * sleeps on its fd, armed, and wakes for what is left */
-		if (hook)
+		 * sleeps on its fd, armed, and wakes for what is left; while this
+		 * goes on it leaves the fd to this thread (loop_main: APP_POLL_NS) */
+		if (hook) {
 			hook->progress();
+			atomic_store_explicit(&loop.app_polled_ns, sd_now_ns(), memory_order_relaxed);
+		}
 	}
 	sd_eng_unlock();
+}
+
+int sd_eng_app_polls(void)
+{
+	return atomic_load(&loop.unwatched);
+}
+
+void sd_eng_app_sleeps(void)
+{
+	atomic_store_explicit(&loop.app_slept_ns, sd_now_ns(), memory_order_relaxed);
+	if (!atomic_load_explicit(&loop.app_polled_ns, memory_order_relaxed))
+		return;
+	atomic_store(&loop.app_polled_ns, 0);
+	if (atomic_load(&loop.unwatched))
+		sd_eng_kick(); /* it watches the fd again before it sleeps */
 }
 
 /* A thread waiting on rdma's pe was woken by these links' input (their
@@ -287,6 +314,19 @@ static uint64_t loop_drain_ns(void)
 	return t < 2000000000ull ? t : 2000000000ull;
 }
 
+/* The longest the engine sleeps while a provider is open: an operation
+ * submitted with a deadline further away than this needs no wake-up. */
+#define LOOP_PROV_SLEEP_MS 1000
+/* How long after an application thread last progressed the provider the
+ * engine leaves it to that thread (the provider's completions do not wake
+ * the engine meanwhile; anything the application stops collecting is the
+ * engine's again at most this much later). */
+#define APP_POLL_NS 1000000ull
+/* Only an application that has not slept on a pe for this long counts as
+ * polling: one that alternates (a blocking wait after a short spin) keeps
+ * the fd with the engine, which its completions wake anyway. */
+#define APP_SLEPT_NS 10000000ull
+
 static void *loop_main(void *arg)
 {
 	struct sd_engthr *et = arg;
@@ -295,6 +335,7 @@ static void *loop_main(void *arg)
 	uint64_t spin_until = 0, spin = loop_spin_ns(), drain_until = 0;
 	const struct sd_eng_hook *hook;
 
+	pthread_setname_np(pthread_self(), "softdoca-engine"); /* ps -L, /proc/<pid>/task/<tid>/comm */
 	for (;;) {
 		int n = sd_eng_ep_wait(evs, 64, timeout);
 		uint64_t now, next;
@@ -306,6 +347,7 @@ static void *loop_main(void *arg)
 			if (!drain_until)
 				drain_until = sd_now_ns() + loop_drain_ns();
 			if (hook && hook->drain && sd_now_ns() < drain_until && hook->drain()) {
+				loop.sleep_until = sd_now_ns() + 1000000ull;
 				sd_eng_unlock();
 				timeout = 1;
 				continue;
@@ -352,29 +394,63 @@ static void *loop_main(void *arg)
 				busy = 1;
 			else if (ms >= 0)
 				next = sd_min_deadline(next, now + (uint64_t)ms * 1000000ull);
+			/* an application thread polls the provider (sd_eng_poll): its fd
+			 * stays out of the set while it does, and the engine looks again
+			 * APP_POLL_NS after the last such poll, watching it from then on */
+			uint64_t polled = atomic_load(&loop.app_polled_ns);
+			uint64_t slept = atomic_load_explicit(&loop.app_slept_ns, memory_order_relaxed);
+
+			if (slept && slept + APP_SLEPT_NS > now)
+				polled = 0; /* it also sleeps on its pe: the engine keeps the fd (a hand-back per wait) */
+			if (polled && polled + APP_POLL_NS > now) {
+				sd_eng_hook_watch(0);
+				atomic_store(&loop.unwatched, 1);
+				/* the thread may have gone to sleep meanwhile (sd_eng_app_sleeps):
+				 * it saw unwatched and kicked, or this sees its 0 */
+				polled = atomic_load(&loop.app_polled_ns);
+				if (polled)
+					next = sd_min_deadline(next, polled + APP_POLL_NS);
+			}
+			if (!polled || polled + APP_POLL_NS <= now) {
+				sd_eng_hook_watch(1);
+				atomic_store(&loop.unwatched, 0);
+			}
 		}
-		sd_eng_unlock();
 		if (busy) {
 			timeout = 0;
-			continue;
-		}
-		if (n > 0 && spin)
-			spin_until = now + spin;
-		if (spin_until && now < spin_until) {
-			timeout = 0;
-			continue;
-		}
-		spin_until = 0;
-		if (!next) {
-			timeout = -1;
 		} else {
-			now = sd_now_ns();
-			timeout = next <= now ? 0 : (int)((next - now + 999999) / 1000000);
-			if (timeout > 60000)
-				timeout = 60000;
+			if (n > 0 && spin)
+				spin_until = now + spin;
+			if (spin_until && now < spin_until) {
+				timeout = 0;
+			} else {
+				spin_until = 0;
+				/* with a provider open the sleep is bounded (LOOP_PROV_SLEEP_MS): a
+				 * submit then needs no wake-up for its operation's deadline (see
+				 * sd_eng_sleep_until_ns) */
+				if (hook && (!next || next > now + LOOP_PROV_SLEEP_MS * 1000000ull))
+					next = now + LOOP_PROV_SLEEP_MS * 1000000ull;
+				if (!next) {
+					timeout = -1;
+				} else {
+					now = sd_now_ns();
+					timeout = next <= now ? 0 : (int)((next - now + 999999) / 1000000);
+					if (timeout > 60000)
+						timeout = 60000;
+				}
+			}
 		}
+		/* published under the lock: a submitter holding it knows when this
+		 * thread looks again without waking it (0 is never used: "now") */
+		loop.sleep_until = timeout < 0 ? UINT64_MAX : sd_now_ns() + (uint64_t)timeout * 1000000ull;
+		sd_eng_unlock();
 	}
 	return NULL;
+}
+
+uint64_t sd_eng_sleep_until_ns(void)
+{
+	return loop.cur ? loop.sleep_until : 0;
 }
 
 doca_error_t sd_eng_attach(struct doca_rdma *rdma)
@@ -408,6 +484,7 @@ doca_error_t sd_eng_attach(struct doca_rdma *rdma)
 		}
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		loop.cur = et;
+		loop.sleep_until = UINT64_MAX; /* its first wait has no limit */
 	}
 	rdma->running = 1;
 	rdma->eng_next = loop.rdmas;

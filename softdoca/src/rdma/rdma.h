@@ -608,6 +608,10 @@ void sd_eng_ep_mod(struct sd_ep *ep, uint32_t events);
 void sd_eng_ep_del(struct sd_ep *ep);
 /* Wake the engine thread. */
 void sd_eng_kick(void);
+/* Engine lock held: when the engine thread next looks at its work at the
+ * latest without a wake-up (UINT64_MAX: not before an fd event or a kick;
+ * 0: no engine thread). */
+uint64_t sd_eng_sleep_until_ns(void);
 /* Whether this thread holds the engine lock. */
 int sd_eng_held(void);
 /* A provider the engine thread progresses (rdma_prov.c): progress() every
@@ -625,6 +629,8 @@ struct sd_eng_hook {
 	int (*polled)(void);
 };
 void sd_eng_set_hook(const struct sd_eng_hook *hook, struct sd_ep *ep);
+/* Engine lock held: watch the provider's fd in the engine's set (1) or not (0). */
+void sd_eng_hook_watch(int on);
 const struct sd_eng_hook *sd_eng_get_hook(void);
 /* The earlier of two deadlines, 0 meaning none. */
 /* Unlink c from a singly linked list of connections threaded through its
@@ -684,6 +690,13 @@ int sd_rx_read(struct sd_link *link, doca_error_t *st);
 /* ---------------------------------------------------------------- engine thread (rdma_loop.c) */
 /* Read waiting responses of rdma's links on the calling thread (doca_pe_progress). */
 void sd_eng_poll(struct doca_rdma *rdma);
+/* An application thread that progressed the provider itself (sd_eng_poll) is
+ * about to sleep: the engine watches the provider's fd again (any thread, no
+ * lock needed). */
+void sd_eng_app_sleeps(void);
+/* Whether the engine leaves the provider to a polling application thread now
+ * (it looks again within a millisecond; the thread's sleep hands it back). */
+int sd_eng_app_polls(void);
 /* Read the input of rdma's links whose serials are in tags, on the calling
  * thread (a pe waiter woken by them: sd_ctx_ops.service). */
 void sd_eng_service(struct doca_rdma *rdma, const uint64_t *tags, int ntags);
@@ -822,6 +835,9 @@ int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len
 void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status, int linger);
 /* Try t on the provider (1: taken, held or completed; 0: native link). */
 int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_link *link);
+/* The end of a submit burst (engine lock held): the provider work it left is
+ * progressed on this thread, or the engine woken for it. */
+void sd_prov_submit_end(void);
 /* The oldest posted receive of rdma, taken off its queue (NULL: none). Engine lock held. */
 static inline struct sd_rtask *sd_rdma_pop_recv(struct doca_rdma *rdma)
 {

@@ -118,6 +118,12 @@ static void rdma_service(struct doca_ctx *ctx, const uint64_t *tags, int ntags)
 	sd_eng_service(ctx->impl, tags, ntags);
 }
 
+static void rdma_sleeping(struct doca_ctx *ctx)
+{
+	(void)ctx;
+	sd_eng_app_sleeps();
+}
+
 static int rdma_progress(struct doca_ctx *ctx)
 {
 	struct doca_rdma *rdma = ctx->impl;
@@ -241,6 +247,7 @@ static const struct sd_ctx_ops rdma_ctx_ops = {
 	.progress = rdma_progress,
 	.flush = rdma_flush,
 	.service = rdma_service,
+	.sleeping = rdma_sleeping,
 };
 
 /* ---------------------------------------------------------------- create / destroy */

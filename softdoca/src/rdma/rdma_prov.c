@@ -57,16 +57,23 @@ static struct {
 	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
 	int polled;                           /* caps: SD_PROV_CAP_POLLED */
 	int kicked;                           /* a submit woke the engine since the provider was last progressed */
+	int defer_kick;                       /* inside sd_prov_try: sd_prov_submit_end decides */
+	int kick_due;                         /* a deferred submit left work: decided at the flush */
 } P = {.ep = {.fd = -1}};
 
 /* A submit needs the engine to progress the provider (and re-arm its fd):
  * one wake-up until the provider is next progressed is enough (under the
  * engine lock; prov_progress and prov_arm clear it), not one eventfd write
- * per operation. */
+ * per operation. An application's submit defers the decision to the end of
+ * its burst (sd_prov_submit_end). */
 static void kick_engine(void)
 {
 	if (P.kicked)
 		return;
+	if (P.defer_kick) {
+		P.kick_due = 1;
+		return;
+	}
 	P.kicked = 1;
 	sd_eng_kick();
 }
@@ -221,7 +228,7 @@ static int prov_progress(void)
 {
 	int n = 0;
 
-	P.kicked = 0; /* progressed here; a later submit kicks the engine again */
+	P.kicked = P.kick_due = 0; /* progressed here; a later submit kicks the engine again */
 	if (P.p) {
 		P.in_progress++;
 		n = P.ops->progress(P.p);
@@ -243,7 +250,7 @@ static int prov_arm(int *sleep_ms)
 {
 	uint64_t now, due;
 
-	P.kicked = 0; /* what was submitted so far is progressed here; a later submit kicks again */
+	P.kicked = P.kick_due = 0; /* what was submitted so far is progressed here; a later submit kicks again */
 	if (!P.p)
 		return 0;
 	P.in_progress++;
@@ -1359,7 +1366,9 @@ int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_li
 		hold(c, t);
 		return 1;
 	}
+	P.defer_kick = !P.in_progress;
 	r = link_idle(l) ? prov_submit(t, c) : 0;
+	P.defer_kick = 0;
 	if (r == 1)
 		return 1;
 	if (r < 0 || c->prov_out) { /* the window is full, or the native link must wait for the provider */
@@ -1367,6 +1376,36 @@ int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_li
 		return 1;
 	}
 	return 0;
+}
+
+/* The end of an application's submit burst (a task submitted with
+ * DOCA_TASK_SUBMIT_FLAG_FLUSH; engine lock held) that left work for the
+ * provider. Waking the engine thread costs a context switch and the engine
+ * lock's hand-over on every operation, and a polling application races it:
+ * instead this thread progresses and arms the provider itself, as the engine
+ * would before it sleeps, and wakes the engine only where the provider needs
+ * progress now (arm() says AGAIN) or a deadline before the engine's own
+ * wake-up (sd_eng_sleep_until_ns: it sleeps at most a second while a
+ * provider is open). What comes from the peer wakes the engine through the
+ * armed fd, as it would after its own arm. While the application polls the
+ * provider itself (sd_eng_app_polls) even work for now waits for that poll,
+ * for its going to sleep (which hands the provider back) or for the engine's
+ * look a millisecond later at most. A polled provider (nothing wakes the
+ * engine for what peers post) is woken as before. */
+void sd_prov_submit_end(void)
+{
+	uint64_t until;
+	int ms = -1;
+
+	if (!P.kick_due || P.kicked)
+		return;
+	P.kick_due = 0;
+	until = sd_eng_sleep_until_ns();
+	if (!until || !P.p || P.polled || P.in_progress || (prov_arm(&ms) && !sd_eng_app_polls()) || plost_head ||
+	    plinger_head || deferred || (ms >= 0 && sd_now_ns() + (uint64_t)ms * 1000000ull < until)) {
+		P.kicked = 1;
+		sd_eng_kick();
+	}
 }
 
 /* Held tasks, in order, as far as they can go now. */

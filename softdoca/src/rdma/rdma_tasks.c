@@ -620,6 +620,8 @@ static doca_error_t rtask_submit(struct doca_task *task)
 											 : "not yet accepted",
 			 c->why[0] ? ": " : "", c->why);
 	}
+	if (sd_submit_flags & DOCA_TASK_SUBMIT_FLAG_FLUSH)
+		sd_prov_submit_end(); /* the burst's provider work: progressed here, or the engine woken */
 	sd_eng_unlock();
 	return rc;
 }
