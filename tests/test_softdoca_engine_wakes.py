@@ -45,11 +45,11 @@ try:
     while time.monotonic() < t_end:                      # connection's set-up 50 ms behind (the engine keeps
         local.rdma.write(conn, src, dst).result(10)      # the fd while the application also sleeps)
     n = int(sys.argv[2])
-    before = engine_switches()
+    before, t0 = engine_switches(), time.monotonic()
     for i in range(n):
         data[:] = i.to_bytes(8, "little")
         local.rdma.write(conn, src, dst).result(10)
-    during = engine_switches() - before
+    during, elapsed_ms = engine_switches() - before, (time.monotonic() - t0) * 1000
     # submitted, then not progressed for 0.3 s: the engine thread has the provider back and completes it
     data[:] = b"lastlast"
     task = local.rdma.write(conn, src, dst)
@@ -57,7 +57,8 @@ try:
     local.pe.run_until(lambda: task.done, 5)
     assert task.error is None, task.error
     want = hashlib.sha256(b"lastlast" + bytes(4088)).hexdigest()
-    print(json.dumps({"ops": n, "engine_switches": during, "landed": peer.call("digest")["sha"] == want}))
+    print(json.dumps({"ops": n, "engine_switches": during, "elapsed_ms": round(elapsed_ms, 1),
+                      "landed": peer.call("digest")["sha"] == want}))
 finally:
     local.close()
     peer.close()
@@ -86,7 +87,9 @@ def test_polling_application_does_not_wake_the_engine_per_operation(env: Dict[st
                        timeout=120, env=dict(os.environ, PYDOCA_BACKEND="soft", **env))
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    # one wake-up per write before (an eventfd kick at each submit, the provider's completion signal at each
-    # completion); now the engine looks once a millisecond at most while the application polls
     assert got["landed"], got
-    assert got["engine_switches"] < ops // 4, got
+    # the engine looks once a millisecond while the application polls: its wake-ups follow the time taken, not
+    # the operations (a slow or loaded machine takes longer, so the bound does too), and stay well under one per
+    # operation (before: every write woke it at least once)
+    assert got["engine_switches"] <= 1.5 * got["elapsed_ms"] + 20, got
+    assert got["engine_switches"] < ops * 3 // 4, got
