@@ -399,19 +399,20 @@ static void *loop_main(void *arg)
 			 * APP_POLL_NS after the last such poll, watching it from then on */
 			uint64_t polled = atomic_load(&loop.app_polled_ns);
 			uint64_t slept = atomic_load_explicit(&loop.app_slept_ns, memory_order_relaxed);
+			/* one that also sleeps on its pe keeps the fd with the engine (a hand-back per wait) */
+			int app_polls = polled && polled + APP_POLL_NS > now && !(slept && slept + APP_SLEPT_NS > now);
 
-			if (slept && slept + APP_SLEPT_NS > now)
-				polled = 0; /* it also sleeps on its pe: the engine keeps the fd (a hand-back per wait) */
-			if (polled && polled + APP_POLL_NS > now) {
+			if (app_polls) {
 				sd_eng_hook_watch(0);
 				atomic_store(&loop.unwatched, 1);
 				/* the thread may have gone to sleep meanwhile (sd_eng_app_sleeps):
 				 * it saw unwatched and kicked, or this sees its 0 */
 				polled = atomic_load(&loop.app_polled_ns);
-				if (polled)
+				app_polls = polled != 0;
+				if (app_polls)
 					next = sd_min_deadline(next, polled + APP_POLL_NS);
 			}
-			if (!polled || polled + APP_POLL_NS <= now) {
+			if (!app_polls) {
 				sd_eng_hook_watch(1);
 				atomic_store(&loop.unwatched, 0);
 			}

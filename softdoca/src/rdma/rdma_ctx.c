@@ -121,7 +121,8 @@ static void rdma_service(struct doca_ctx *ctx, const uint64_t *tags, int ntags)
 static void rdma_sleeping(struct doca_ctx *ctx)
 {
 	(void)ctx;
-	sd_eng_app_sleeps();
+	if (sd_prov_asked()) /* only a provider is ever left to a polling thread */
+		sd_eng_app_sleeps();
 }
 
 static int rdma_progress(struct doca_ctx *ctx)
