@@ -90,6 +90,8 @@ def test_polling_application_does_not_wake_the_engine_per_operation(env: Dict[st
     assert got["landed"], got
     # the engine looks once a millisecond while the application polls: its wake-ups follow the time taken, not
     # the operations (a slow or loaded machine takes longer, so the bound does too), and stay well under one per
-    # operation (before: every write woke it at least once)
-    assert got["engine_switches"] <= 1.5 * got["elapsed_ms"] + 20, got
+    # operation (before: every write woke it at least once: 478 and 917 in 22-27 ms). Each look can cost two or
+    # three switches (the wake-up, and a futex wait when the polling thread holds the engine lock): 54-78 in
+    # 16-30 ms were seen, so the bound is 4 a millisecond
+    assert got["engine_switches"] <= 4 * got["elapsed_ms"] + 20, got
     assert got["engine_switches"] < ops * 3 // 4, got
