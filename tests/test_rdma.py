@@ -181,13 +181,25 @@ def test_a_sender_beyond_the_receive_window_is_broken_off(local: Local) -> None:
         peer.close()
 
 
+def _ofi_shm_polled() -> bool:
+    """Is ofi over shm polled (no doorbell)? Its doorbell is on where softdoca's lock watch knows libfabric's shm
+    regions (libfabric 1.17 to 1.19), unless SOFTDOCA_OFI_DOORBELL says otherwise (docs/providers.md)."""
+    bell = os.environ.get("SOFTDOCA_OFI_DOORBELL")
+    if bell in ("0", "1"):
+        return bell == "0"
+    if os.environ.get("SOFTDOCA_OFI_LOCKWATCH") == "0":
+        return True
+    v = ctypes.CDLL("libfabric.so.1").fi_version()
+    return not (1, 17) <= (v >> 16, v & 0xFFFF) <= (1, 19)
+
+
 def _provider_up(conn: Any) -> bool:
     """Under SOFTDOCA_PROVIDER=ucx|ofi where messages take the provider: wait until the provider's connection is up (it
     comes up just after the native one), so that what follows takes it. False when messages stay native."""
     env = os.environ.get
     if env("SOFTDOCA_PROVIDER") not in ("ucx", "ofi") or env("SOFTDOCA_PROVIDER_MESSAGES") == "0":
         return False
-    if (env("SOFTDOCA_PROVIDER") == "ofi" and env("FI_PROVIDER") == "shm" and env("SOFTDOCA_OFI_DOORBELL") != "1"
+    if (env("SOFTDOCA_PROVIDER") == "ofi" and env("FI_PROVIDER") == "shm" and _ofi_shm_polled()
             and env("SOFTDOCA_PROVIDER_MESSAGES") != "1"):
         return False  # a polled provider: messages stay native unless asked (docs/providers.md)
     deadline = time.monotonic() + 10

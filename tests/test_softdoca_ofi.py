@@ -96,6 +96,15 @@ def test_the_fabric_is_the_one_asked_for(fabric: str) -> None:
     assert out["provider"] == "ofi" and out["provider_transport"] == fabric, out
 
 
+@pytest.mark.parametrize("doorbell", ["default", "0"])
+def test_shm_messages_take_libfabric_where_shm_has_its_doorbell(doorbell: str) -> None:
+    """ofi over shm: with its doorbell (on by default where softdoca's lock watch runs: libfabric 1.17 to 1.19) sends
+    and immediates take libfabric; without it (SOFTDOCA_OFI_DOORBELL=0, a polled provider) the native link. The
+    test counts which (tests/test_rdma.py: the expectation comes from libfabric's version, not from softdoca)."""
+    env = ofi("shm") if doorbell == "default" else {**ofi("shm"), "SOFTDOCA_OFI_DOORBELL": "0"}
+    _suite(["tests/test_rdma.py::test_send_receive_and_immediates"], [], env)
+
+
 def test_a_fabric_that_cannot_start_is_an_error_not_a_fallback() -> None:
     out = _probe("start", env=_env(SOFTDOCA_PROVIDER="ofi", FI_PROVIDER="no_such_fabric"))
     assert out.split()[0].endswith("Error"), out
@@ -149,12 +158,13 @@ with Session("write", 8, target_spin_us=int(sys.argv[1])) as s:
 
 
 def test_a_polled_fabric_spins_only_when_asked() -> None:
-    """ofi over shm (no wait object, SD_PROV_CAP_POLLED): the engine cannot see what a peer posts, so with
-    SOFTDOCA_SPIN_US it polls for as long as it runs (the target then serves a write without its 1 ms poll);
-    without it, it sleeps between polls. The target's CPU share while idle tells the two apart."""
+    """ofi over shm without its doorbell (SOFTDOCA_OFI_DOORBELL=0: no wait object, SD_PROV_CAP_POLLED): the engine
+    cannot see what a peer posts, so with SOFTDOCA_SPIN_US it polls for as long as it runs (the target then serves a
+    write without its 1 ms poll); without it, it sleeps between polls. The target's CPU share while idle tells the
+    two apart."""
     def share(spin: int) -> float:
         r = subprocess.run([sys.executable, "-c", SPIN_CHILD, str(spin)], capture_output=True, text=True,
-                           env=ofi("shm"), timeout=120, cwd=ROOT)
+                           env={**ofi("shm"), "SOFTDOCA_OFI_DOORBELL": "0"}, timeout=120, cwd=ROOT)
         assert r.returncode == 0, r.stderr[-3000:]
         return float(r.stdout.split()[-1])
     idle, spinning = share(0), share(1000)

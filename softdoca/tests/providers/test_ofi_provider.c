@@ -8,9 +8,15 @@
  */
 #define _GNU_SOURCE
 #include "providers/provider.h"
+/* ofi_shmlock.c: queue locks of dead processes the watch released (this test links the provider's sources) */
+extern unsigned long ofi_lockwatch_releases;
+extern int ofi_lockwatch_instances;
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -961,8 +967,10 @@ static void test_peer_killed(int sock, pid_t pid)
 	}
 	for (int k = 0; k < NW; k++)
 		errs += ops[k].done && ops[k].st != DOCA_SUCCESS;
-	printf("  peer killed: %d/%d writes reported (%d failed), connection %s, after %llu ms\n", done, NW, errs,
-	       S.failed > fail0 ? sd_prov_strerror(S.fail_status) : "not failed", (unsigned long long)(now_ms() - t0));
+	printf("  peer killed: %d/%d writes reported (%d failed), connection %s, after %llu ms; shm locks of dead "
+	       "processes released: %lu\n", done, NW, errs,
+	       S.failed > fail0 ? sd_prov_strerror(S.fail_status) : "not failed", (unsigned long long)(now_ms() - t0),
+	       ofi_lockwatch_releases);
 	CHECK(done == NW, "every outstanding write reported (%d of %d)", done, NW);
 	CHECK(errs > 0 && S.failed > fail0, "the writes after the kill failed and the connection failed");
 	CHECK(now_ms() - t0 < 12000, "bounded: %llu ms", (unsigned long long)(now_ms() - t0));
@@ -1059,6 +1067,200 @@ static void test_new_peer_after_death(int sock, pid_t pid)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "phoenix exit status %d", status);
 }
 
+
+/* ---------------------------------------------------------------- shm: locks of dead processes */
+/*
+ * shm keeps each endpoint's queue lock (a pthread spinlock, 24 bytes into the
+ * region, format versions 4 and 5) in shared memory. These cases make a
+ * process die holding one, as a kill in the wrong microsecond does: the
+ * holder locks its own regions and exits (a sender to it spun for ever); the
+ * intruder locks the parent's receiving region and exits (the parent's own
+ * progress spun for ever). The provider's lock watch (ofi_shmlock.c) must
+ * release them: bounded, and the connection to the dead peer fails.
+ */
+/* lock a region's queue lock (and with signal, flag it as a sender does after
+ * posting, so that the owner's next progress takes the lock) */
+static int lock_region(const char *name, pid_t owner, int signal)
+{
+	char path[300];
+	int fd;
+	uint8_t *m;
+
+	snprintf(path, sizeof(path), "/dev/shm/%s", name);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return -1;
+	if ((m[0] != 4 && m[0] != 5) || *(int *)(m + 4) != (int)owner)
+		return -1;
+	pthread_spin_lock((pthread_spinlock_t *)(m + 24));
+	if (signal) /* smr_region.signal (ofi_atomic32_t), right after the lock */
+		__atomic_store_n((int *)(m + 28), 1, __ATOMIC_SEQ_CST);
+	return 0; /* left mapped and held: the process exits */
+}
+
+/* the shm object named in an address blob ("fi_shm://<name>") */
+static int blob_region(const void *blob, size_t len, char *out, size_t n)
+{
+	const char *s = memmem(blob, len, "fi_shm://", 9);
+	size_t k = 0;
+
+	if (!s)
+		return -1;
+	s += 9;
+	while (s + k < (const char *)blob + len && s[k] && k + 1 < n)
+		k++;
+	memcpy(out, s, k);
+	out[k] = 0;
+	return 0;
+}
+
+static void holder(int sock)
+{
+	struct sd_prov_mr *mr;
+	void *b;
+	size_t l;
+	uint8_t *mem = calloc(1, 1u << 16);
+	char go, pre[64];
+	DIR *d;
+	struct dirent *e;
+	int n = 0;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	who = "holder";
+	if (read(sock, &go, 1) != 1)
+		_exit(0);
+	open_prov(3000);
+	(void)oob_connect(sock, 0);
+	EXPECT_OK(P->reg_mem(S.p, mem, 1u << 16, DOCA_ACCESS_FLAG_RDMA_WRITE | DOCA_ACCESS_FLAG_LOCAL_READ_WRITE, &mr, &b,
+			     &l), "reg_mem");
+	msend(sock, b, l);
+	wait_for(NULL, NULL, sock, 30000); /* serve until the parent says die */
+	snprintf(pre, sizeof(pre), "sdofi-%d-", (int)getpid());
+	d = opendir("/dev/shm");
+	while (d && (e = readdir(d)))
+		if (!strncmp(e->d_name, pre, strlen(pre)))
+			n += lock_region(e->d_name, getpid(), 0) == 0;
+	if (d)
+		closedir(d);
+	_exit(n > 0 ? 0 : 3); /* dies holding its queue locks */
+}
+
+static void test_holder_died(int sock, pid_t pid)
+{
+	static uint8_t src[64];
+	uint8_t blob[4096];
+	size_t blen;
+	struct sd_prov_rkey *rk = NULL;
+	struct sd_prov_conn *c;
+	struct sd_prov_iov iv = { src, sizeof(src), NULL };
+	struct op o = {0};
+	uint64_t base, t0;
+	unsigned long r0 = ofi_lockwatch_releases;
+	int fail0, status = -1;
+	doca_error_t e;
+
+	if (write(sock, "g", 1) != 1)
+		exit(1);
+	c = oob_connect(sock, 1);
+	blen = mrecv(sock, blob, sizeof(blob));
+	EXPECT_OK(P->rkey_import(S.p, blob, blen, &rk, &base, NULL, NULL, NULL), "import");
+	e = run_op(&o, P->write(c, &iv, 1, rk, base, &o));
+	CHECK(e == DOCA_SUCCESS, "a write before the holder dies: %s", sd_prov_strerror(e));
+	fail0 = S.failed;
+	if (write(sock, "d", 1) != 1)
+		exit(1);
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the holder died holding its locks (status %d)", status);
+	t0 = now_ms();
+	memset(&o, 0, sizeof(o));
+	e = P->write(c, &iv, 1, rk, base, &o); /* spun for ever in fi_writemsg before the watch */
+	if (e == DOCA_SUCCESS)
+		wait_for(c_op, &o, -1, 10000);
+	for (uint64_t end = now_ms() + 10000; S.failed == fail0 && now_ms() < end;)
+		wait_for(NULL, NULL, -1, 10);
+	printf("  a peer died holding its queue lock: write %s, connection %s after %llu ms; released %lu\n",
+	       e ? sd_prov_strerror(e) : o.done ? sd_prov_strerror(o.st) : "not reported",
+	       S.failed > fail0 ? sd_prov_strerror(S.fail_status) : "not failed", (unsigned long long)(now_ms() - t0),
+	       ofi_lockwatch_releases - r0);
+	CHECK(ofi_lockwatch_releases > r0, "the watch released the dead peer's lock");
+	CHECK(e != DOCA_SUCCESS || (o.done && o.st != DOCA_SUCCESS), "the write to the dead peer failed");
+	CHECK(S.failed > fail0 && now_ms() - t0 < 2500, "the connection failed before its 3 s deadline (%llu ms)",
+	      (unsigned long long)(now_ms() - t0));
+	P->rkey_release(S.p, rk);
+	P->conn_close(c);
+	P->progress(S.p);
+}
+
+static void intruder(int sock)
+{
+	char go, name[256];
+	size_t n;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	who = "intruder";
+	if (read(sock, &go, 1) != 1)
+		_exit(0);
+	open_prov(3000);
+	(void)oob_connect(sock, 0);
+	n = mrecv(sock, name, sizeof(name) - 1);
+	name[n] = 0;
+	if (lock_region(name, getppid(), 1) != 0)
+		_exit(3);
+	if (write(sock, "L", 1) != 1) /* the parent's progress meets the lock, then this process dies holding it */
+		_exit(4);
+	usleep(300000);
+	_exit(0);
+}
+
+static void test_intruder_died(int sock, pid_t pid)
+{
+	struct sd_prov_conn *c;
+	void *blob;
+	size_t len;
+	char name[256];
+	unsigned long r0 = ofi_lockwatch_releases;
+	int status = -1;
+	uint64_t t0, worst = 0;
+
+	if (write(sock, "g", 1) != 1)
+		exit(1);
+	c = oob_connect(sock, 1);
+	EXPECT_OK(P->conn_export(c, &blob, &len), "conn_export");
+	CHECK(blob_region(blob, len, name, sizeof(name)) == 0, "the address blob names an shm region");
+	free(blob);
+	msend(sock, name, strlen(name));
+	{
+		struct pollfd pf = { .fd = sock, .events = POLLIN };
+		char l = 0;
+
+		CHECK(poll(&pf, 1, 30000) == 1 && read(sock, &l, 1) == 1 && l == 'L', "the intruder took our lock");
+	}
+	t0 = now_ms();
+	for (int i = 0; i < 20; i++) { /* our own progress spun for ever on our queue's lock before the watch */
+		uint64_t a = now_ms();
+
+		P->progress(S.p);
+		if (now_ms() - a > worst)
+			worst = now_ms() - a;
+		usleep(2000);
+	}
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the intruder died holding our lock (status %d)", status);
+	printf("  a sender died holding our queue lock: progress stuck at most %llu ms, done after %llu ms; "
+	       "released %lu\n", (unsigned long long)worst, (unsigned long long)(now_ms() - t0),
+	       ofi_lockwatch_releases - r0);
+	CHECK(ofi_lockwatch_releases > r0, "the watch released our own region's lock");
+	CHECK(worst >= 500, "our progress met the dead sender's lock (it was stuck %llu ms: else this case tests nothing)",
+	      (unsigned long long)worst);
+	CHECK(now_ms() - t0 < 5000, "bounded: %llu ms", (unsigned long long)(now_ms() - t0));
+	P->conn_close(c);
+	P->progress(S.p);
+}
+
 /* ---------------------------------------------------------------- bench */
 static int cmp_d(const void *a, const void *b)
 {
@@ -1141,8 +1343,9 @@ int main(int argc, char **argv)
 	struct sd_prov_caps caps;
 	int do_bench = argc > 1 && !strcmp(argv[1], "--bench");
 	int status = 0;
-	int gs[2], vs[2], ps[2];
-	pid_t gpid = -1, vpid = -1, ppid = -1;
+	int gs[2], vs[2], ps[2], hs[2] = { -1, -1 }, is[2] = { -1, -1 };
+	pid_t gpid = -1, vpid = -1, ppid = -1, hpid = -1, ipid = -1;
+	int shm = getenv("FI_PROVIDER") && !strcmp(getenv("FI_PROVIDER"), "shm");
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	g_bench = do_bench;
@@ -1171,6 +1374,18 @@ int main(int argc, char **argv)
 			phoenix(ps[1]);
 		}
 		close(ps[1]);
+		if (shm && !socketpair(AF_UNIX, SOCK_STREAM, 0, hs) && !socketpair(AF_UNIX, SOCK_STREAM, 0, is)) {
+			if ((hpid = fork()) == 0) {
+				close(hs[0]);
+				holder(hs[1]);
+			}
+			close(hs[1]);
+			if ((ipid = fork()) == 0) {
+				close(is[0]);
+				intruder(is[1]);
+			}
+			close(is[1]);
+		}
 	}
 	pid = fork();
 	if (pid == 0) {
@@ -1269,6 +1484,19 @@ int main(int argc, char **argv)
 		test_dead_address(gs[0], gpid);
 		printf("  peer killed\n");
 		test_peer_killed(vs[0], vpid);
+		if (hpid > 0 && ofi_lockwatch_instances > 0) {
+			printf("  a peer died holding its queue lock\n");
+			test_holder_died(hs[0], hpid);
+			printf("  a sender died holding our queue lock\n");
+			test_intruder_died(is[0], ipid);
+		} else if (hpid > 0) {
+			printf("  SKIP the dead lock holders: no lock watch (libfabric's shm region format is not one it "
+			       "knows, or SOFTDOCA_OFI_LOCKWATCH=0)\n");
+			close(hs[0]);
+			close(is[0]);
+			waitpid(hpid, NULL, 0);
+			waitpid(ipid, NULL, 0);
+		}
 		printf("  a new peer after a dead one\n");
 		test_new_peer_after_death(ps[0], ppid);
 	}

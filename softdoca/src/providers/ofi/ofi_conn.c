@@ -351,6 +351,7 @@ doca_error_t ofi_conn_connect(struct sd_prov_conn *c, const void *blob, size_t l
 				rc < 0 ? ofi_str(rc) : "not inserted");
 			return DOCA_ERROR_INVALID_VALUE;
 		}
+		ofi_lockwatch_peer(p, uid, c->peer_name, c->peer_name_len); /* shm: its queue lock */
 		if (!c->txe) {
 			c->txe = ofi_txe_get(p, uid, (flags & ADDR_F_BELL) != 0, &rc);
 			if (!c->txe) {

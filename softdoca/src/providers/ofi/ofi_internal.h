@@ -283,6 +283,7 @@ struct sd_prov {
 	int bell_fd;
 	int bells_due;              /* txes with ring_due / answer_due */
 	uint64_t next_probe_ns;
+	struct ofi_lockwatch *lockwatch; /* shm: locks of dead processes (ofi_shmlock.c), NULL: none */
 	struct sd_prov_conn *conns;
 	struct sd_prov_conn **slots;
 	uint16_t *gens;
@@ -317,6 +318,15 @@ void ofi_txe_put(struct sd_prov *p, struct ofi_txe *t);
 void ofi_ring(struct sd_prov_conn *c);
 void ofi_bell_flush(struct sd_prov *p);
 #define OFI_WHY(w, ...) do { if (w) snprintf((w)->msg, sizeof((w)->msg), __VA_ARGS__); } while (0)
+
+/* ofi_shmlock.c: shm's queue locks held by dead processes */
+struct ofi_lockwatch;
+void ofi_lockwatch_start(struct sd_prov *p);
+void ofi_lockwatch_peer(struct sd_prov *p, uint64_t peer_uid, const uint8_t *name, size_t len);
+int ofi_lockwatch_take(struct sd_prov *p, uint64_t *uids, int max);
+void ofi_lockwatch_stop(struct sd_prov *p);
+extern unsigned long ofi_lockwatch_releases;
+extern int ofi_lockwatch_instances;
 
 /* ofi_ops.c */
 struct oop *ofi_op_new(struct sd_prov_conn *c, enum op_type t, void *op_ctx);

@@ -415,14 +415,16 @@ static void bell_open(struct sd_prov *p)
 	const char *e = getenv("SOFTDOCA_OFI_DOORBELL");
 	int fd;
 
-	/* opt-in (SOFTDOCA_OFI_DOORBELL=1): shm 1.17 guards each endpoint's queue with a
-	 * spinlock in shared memory that its owner holds while it progresses; a peer
-	 * killed while it holds it leaves every process that then sends to it spinning
-	 * inside fi_writemsg, beyond any deadline. Woken at once by the doorbell, a
-	 * receiver progresses (holds its lock) far more often than polled every 1 ms:
-	 * the C test's peer-kill case hung in about 1 of 6 shm runs with it, none of
-	 * 12 without. Without a doorbell, peers poll this instance (1 ms bound). */
-	if (!e || strcmp(e, "1"))
+	/* On where the lock watch runs (SOFTDOCA_OFI_DOORBELL=0: off), else opt-in
+	 * (=1). shm guards each endpoint's queue with a spinlock in shared memory
+	 * that its owner holds while it progresses; a peer killed while it holds it
+	 * leaves every process that then sends to it spinning inside fi_writemsg.
+	 * Woken at once by the doorbell, a receiver progresses (holds its lock) far
+	 * more often than polled every 1 ms: without the watch, the C test's
+	 * peer-kill case hung in about 1 of 6 shm runs with the doorbell, none of
+	 * 12 without. The watch (ofi_shmlock.c) releases such a lock; on libfabric
+	 * versions it does not know, peers poll this instance (1 ms bound). */
+	if (e ? strcmp(e, "1") != 0 : !p->lockwatch)
 		return;
 	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -437,14 +439,26 @@ static void bell_open(struct sd_prov *p)
 
 /* a peer with outstanding ops was heard from (or its doorbell closed): the
  * connections to a gone peer fail now instead of at their deadline */
-static void peer_gone(struct sd_prov *p, struct ofi_txe *t)
+static void peer_gone(struct sd_prov *p, struct ofi_txe *t, const char *why)
 {
 	t->gone = 1;
 	t->bell = 0;
 	for (struct sd_prov_conn *c = p->conns; c; c = c->next)
 		if (c->txe == t && (c->state == CS_ESTABLISHED || c->state == CS_CONNECTING))
-			ofi_conn_fail(c, DOCA_ERROR_CONNECTION_RESET, SD_PROV_FAIL_LOST,
-				      "the peer instance is gone (its doorbell closed)");
+			ofi_conn_fail(c, DOCA_ERROR_CONNECTION_RESET, SD_PROV_FAIL_LOST, "the peer instance is gone (%s)",
+				      why);
+}
+
+/* the lock watch released the queue lock of peers whose process died holding it */
+static void lock_releases(struct sd_prov *p)
+{
+	uint64_t uids[16];
+	int k = ofi_lockwatch_take(p, uids, 16);
+
+	for (int i = 0; i < k; i++)
+		for (struct ofi_txe *t = p->txes; t; t = t->next)
+			if (t->peer_uid == uids[i] && !t->gone)
+				peer_gone(p, t, "its process died holding its shm queue lock, which softdoca released");
 }
 
 static void bell_send(struct sd_prov *p, struct ofi_txe *t, int kind)
@@ -461,7 +475,7 @@ static void bell_send(struct sd_prov *p, struct ofi_txe *t, int kind)
 	/* a full queue (EAGAIN): the peer has rings unread, it is awake or wakes */
 	if (errno == ECONNREFUSED || errno == ENOENT) {
 		if (t->bell_ok) /* it answered before: the instance closed or its process died */
-			peer_gone(p, t);
+			peer_gone(p, t, "its doorbell closed");
 		else            /* never reached (another network namespace?): the sleep bound stays */
 			t->bell = 0;
 	}
@@ -551,7 +565,7 @@ static void bell_probe(struct sd_prov *p, uint64_t now)
 			t->probe_ns = now;
 			if (fd >= 0) {
 				if (connect(fd, (struct sockaddr *)&a, al) != 0 && (errno == ECONNREFUSED || errno == ENOENT))
-					peer_gone(p, t);
+					peer_gone(p, t, "its doorbell closed");
 				close(fd);
 			}
 			due = now + PROBE_BUSY_NS;
@@ -755,6 +769,7 @@ static doca_error_t o_open(const struct sd_prov_open_params *prm, struct sd_prov
 		 * are bound to one endpoint */
 		p->tx_per_peer = !strcmp(p->ch.prov, "shm") && !(p->ch.mr_mode & FI_MR_ENDPOINT) &&
 				 !(getenv("SOFTDOCA_OFI_EMULATE") && strstr(getenv("SOFTDOCA_OFI_EMULATE"), "sharedtx"));
+		ofi_lockwatch_start(p);
 		if (p->poll_only)
 			bell_open(p);
 	}
@@ -827,6 +842,7 @@ static doca_error_t o_close(struct sd_prov *p)
 		fi_close(&p->fabric->fid);
 	if (p->infos)
 		OFI.freeinfo(p->infos);
+	ofi_lockwatch_stop(p); /* last: a close that spun on a dead peer's lock needed it */
 	if (p->bell_fd >= 0)
 		close(p->bell_fd);
 	if (p->epfd >= 0)
@@ -871,6 +887,8 @@ static int o_progress(struct sd_prov *p)
 	p->kick = 0;
 	if (p->bell_fd >= 0)
 		bell_drain(p); /* before the CQ read: what rang is served by it */
+	if (p->lockwatch)
+		lock_releases(p);
 	if (p->eq)
 		n += ofi_read_eq(p);
 	if (p->cq) {
