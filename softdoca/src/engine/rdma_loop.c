@@ -290,7 +290,7 @@ static uint64_t loop_timers(uint64_t now)
  * their one-sided operations without reporting them) no turn can be told
  * from an idle one: with SOFTDOCA_SPIN_US the engine then polls for as
  * long as it runs (an RDMA context is started). */
-static uint64_t loop_spin_ns(void)
+uint64_t sd_eng_spin_ns(void)
 {
 	static uint64_t v = UINT64_MAX;
 
@@ -332,7 +332,7 @@ static void *loop_main(void *arg)
 	struct sd_engthr *et = arg;
 	struct epoll_event evs[64];
 	int timeout = -1, busy;
-	uint64_t spin_until = 0, spin = loop_spin_ns(), drain_until = 0;
+	uint64_t spin_until = 0, spin = sd_eng_spin_ns(), drain_until = 0;
 	const struct sd_eng_hook *hook;
 
 	pthread_setname_np(pthread_self(), "softdoca-engine"); /* ps -L, /proc/<pid>/task/<tid>/comm */

@@ -212,10 +212,15 @@ struct sd_prov_cbs {
 			     const struct sockaddr *peer, socklen_t peer_len);
 };
 
+enum sd_prov_open_flag {
+	SD_PROV_OPEN_SPINS = 1u << 0, /* the caller polls progress() without sleeping while it runs (softdoca:
+				       * SOFTDOCA_SPIN_US): wake-ups for what peers post buy nothing */
+};
+
 struct sd_prov_open_params {
 	const struct sd_prov_cbs *cbs;
 	uint32_t timeout_ms;       /* connect / handshake / op deadline (0: 5000, as SOFTDOCA_TIMEOUT_MS) */
-	uint32_t flags;            /* reserved, 0 */
+	uint32_t flags;            /* enum sd_prov_open_flag */
 };
 
 /* -------------------------------------------------------------- the ops */

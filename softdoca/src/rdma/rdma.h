@@ -595,6 +595,8 @@ void sd_eng_complete(struct doca_task *task, doca_error_t status);
 void sd_eng_flush_completions(void);
 /* SOFTDOCA_TIMEOUT_MS in nanoseconds (at least 100 ms). */
 uint64_t sd_eng_timeout_ns(void);
+/* SOFTDOCA_SPIN_US in ns: how long the engine polls after a turn with events (0: it sleeps at once) */
+uint64_t sd_eng_spin_ns(void);
 /* The engine's epoll set with its wake-up eventfd: opened when the engine
  * thread starts, closed once it has been joined (engine lock held). */
 int sd_eng_ep_open(void);

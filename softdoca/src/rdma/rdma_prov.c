@@ -329,7 +329,8 @@ static doca_error_t prov_open(void)
 	if (!P.ops)
 		return DOCA_SUCCESS;
 	if (!P.p) {
-		struct sd_prov_open_params op = {.cbs = &cbs, .timeout_ms = (uint32_t)(sd_eng_timeout_ns() / 1000000ull)};
+		struct sd_prov_open_params op = {.cbs = &cbs, .timeout_ms = (uint32_t)(sd_eng_timeout_ns() / 1000000ull),
+						  .flags = sd_eng_spin_ns() ? SD_PROV_OPEN_SPINS : 0};
 		struct sd_prov_why w = {{0}};
 		doca_error_t rc = P.ops->open(&op, &P.p, &w);
 

@@ -250,6 +250,7 @@ struct sd_prov_listener {
 struct sd_prov {
 	struct sd_prov_cbs cbs;
 	uint64_t timeout_ns;
+	uint32_t open_flags;        /* enum sd_prov_open_flag */
 	uint64_t uid;
 	struct fi_info *infos, *info; /* the getinfo list and the chosen entry */
 	struct ofi_choice ch;

@@ -423,8 +423,10 @@ static void bell_open(struct sd_prov *p)
 	 * more often than polled every 1 ms: without the watch, the C test's
 	 * peer-kill case hung in about 1 of 6 shm runs with the doorbell, none of
 	 * 12 without. The watch (ofi_shmlock.c) releases such a lock; on libfabric
-	 * versions it does not know, peers poll this instance (1 ms bound). */
-	if (e ? strcmp(e, "1") != 0 : !p->lockwatch)
+	 * versions it does not know, peers poll this instance (1 ms bound). Off too
+	 * where the caller polls without sleeping (SD_PROV_OPEN_SPINS: a ring and
+	 * its answer would cost four system calls per operation and wake nobody). */
+	if (e ? strcmp(e, "1") != 0 : (!p->lockwatch || (p->open_flags & SD_PROV_OPEN_SPINS)))
 		return;
 	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -685,6 +687,7 @@ static doca_error_t o_open(const struct sd_prov_open_params *prm, struct sd_prov
 		return DOCA_ERROR_NO_MEMORY;
 	p->cbs = *prm->cbs;
 	p->timeout_ns = (uint64_t)(prm->timeout_ms ? prm->timeout_ms : 5000) * 1000000ull;
+	p->open_flags = prm->flags;
 	p->epfd = epoll_create1(EPOLL_CLOEXEC);
 	p->bell_fd = -1;
 	{
