@@ -292,17 +292,19 @@ static uint64_t loop_timers(uint64_t now)
  * long as it runs (an RDMA context is started). */
 uint64_t sd_eng_spin_ns(void)
 {
-	static uint64_t v = UINT64_MAX;
+	static uint64_t v = UINT64_MAX; /* read from the engine and the submitting threads: atomics */
+	uint64_t x = __atomic_load_n(&v, __ATOMIC_RELAXED);
 
-	if (v == UINT64_MAX) {
+	if (x == UINT64_MAX) {
 		const char *e = getenv("SOFTDOCA_SPIN_US");
 		uint64_t us = e && *e ? strtoull(e, NULL, 10) : SD_SPIN_US_DEFAULT;
 
 		if (us > 100000)
 			us = 100000;
-		v = us * 1000ull;
+		x = us * 1000ull;
+		__atomic_store_n(&v, x, __ATOMIC_RELAXED);
 	}
-	return v;
+	return x;
 }
 
 /* How long a stopping engine lets a provider's closed connections flush:

@@ -15,14 +15,19 @@
  * endpoint's (senders lock it) and each peer's receiving endpoint it posts to.
  * Every LW_TICK_MS it reads their lock words (no libfabric call, no engine
  * lock). A lock still held after a look of LW_LOOK_US, sampled every 100 us
- * (a live holder keeps it for microseconds), is released with
- * pthread_spin_unlock on this process's mapping (the store its holder would
- * make) when
+ * (a live holder keeps it for microseconds), is released with the store
+ * pthread_spin_unlock makes, on this process's mapping, when
  *  - it is a peer's region and the peer's process has exited (a pidfd taken
  *    while it was alive, so a reused pid is not mistaken for it), or
  *  - it is our own region, it has been held for LW_OWN_MS, and a peer
- *    process of ours has exited (the holder was a sender that died while
- *    posting; shm commits a command last, so the queue is consistent).
+ *    process of ours exited after it was first seen held (the holder was a
+ *    sender that died while posting; our own progress holds it across its
+ *    copies, for far less than LW_OWN_MS). shm commits a command before it
+ *    counts it (cmd_cnt), so a death between the two leaves the count one
+ *    too high: one command slot less, nothing inconsistent.
+ * Peers are watched only when the process with their pid here is theirs
+ * (it maps their region: /proc/<pid>/maps), not a namesake in another pid
+ * namespace.
  * The progress of the instance then fails the connections to a peer whose
  * lock it released (ofi_lockwatch_take), at once rather than at their deadline.
  * A region whose version or pid is not what was expected is never touched:
@@ -34,6 +39,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -42,16 +48,19 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #define LW_TICK_MS 50
 #define LW_LOOK_US 20000
-#define LW_OWN_MS 1000
+#define LW_OWN_MS 3000
 #define LW_MAX 512           /* regions watched per instance (shm keeps 256 peers at most) */
 #define LW_LOCK_OFF 24       /* smr_region.lock in versions 4 and 5 */
 #define LW_PID_OFF 4
 #define LW_MAP_LEN 4096
+#define LW_SIZE_OFF 40       /* smr_region.total_size: the region file's size */
+_Static_assert(sizeof(void *) == 8, "the smr_region offsets above are those of 64-bit builds");
 
 struct lw_region {
 	struct lw_region *next;
@@ -63,6 +72,7 @@ struct lw_region {
 	void *map;
 	uint64_t held_since;     /* first look that found it held (ns), 0: free */
 	int exited;
+	uint64_t exit_ns;        /* when the watch saw it exited */
 	int released;            /* (atomic) released by the watch, not yet taken by progress */
 };
 
@@ -75,7 +85,7 @@ struct ofi_lockwatch {
 	int stop_fd;             /* eventfd: close asks the thread to leave */
 	struct lw_region *regions;
 	int n;
-	uint64_t peer_exit_ns;   /* when a peer's process was last seen exited */
+	uint64_t peer_exit_ns;   /* when a peer's process was last seen to have exited */
 	int unlocked_value;      /* a free pthread spinlock's word (glibc x86-64: 1, generic: 0) */
 	int pending;             /* (atomic) some region was released and not yet taken */
 };
@@ -92,6 +102,26 @@ static int pidfd_of(pid_t pid)
 	errno = ENOSYS;
 	return -1;
 #endif
+}
+
+/* Does the process with this pid (in our pid namespace) map the region? */
+static int maps_region(pid_t pid, const char *obj)
+{
+	char path[64], line[512];
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/maps", (long)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *s = strstr(line, "/dev/shm");
+
+		found = s && !strncmp(s + 8, obj, strlen(obj)) && (s[8 + strlen(obj)] == '\n' || s[8 + strlen(obj)] == ' ');
+	}
+	fclose(f);
+	return found;
 }
 
 static int has_exited(struct lw_region *r)
@@ -157,7 +187,7 @@ static void look(struct ofi_lockwatch *w)
 
 	for (struct lw_region *r = head; r; r = r->next)
 		if (r->peer_uid && !r->exited && has_exited(r))
-			w->peer_exit_ns = now;
+			r->exit_ns = w->peer_exit_ns = now;
 	for (struct lw_region *r = head; r; r = r->next) {
 		if (!held(w, r)) {
 			r->held_since = 0;
@@ -168,7 +198,8 @@ static void look(struct ofi_lockwatch *w)
 		if (r->peer_uid) {
 			if (r->exited && stays_held(w, r))
 				release(w, r);
-		} else if (now - r->held_since >= LW_OWN_MS * 1000000ull && w->peer_exit_ns && stays_held(w, r)) {
+		} else if (now - r->held_since >= LW_OWN_MS * 1000000ull && w->peer_exit_ns >= r->held_since &&
+			   stays_held(w, r)) {
 			release(w, r);
 		}
 	}
@@ -193,15 +224,22 @@ static void *watch_main(void *arg)
 static int region_map(struct lw_region *r, pid_t pid)
 {
 	int fd = shm_open(r->name, O_RDWR | O_CLOEXEC, 0);
+	struct stat st;
 	uint8_t *m;
 
 	if (fd < 0)
 		return -1;
+	if (fstat(fd, &st) != 0 || st.st_size < LW_MAP_LEN) {
+		close(fd);
+		return -1;
+	}
 	m = mmap(NULL, LW_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED)
 		return -1;
-	if ((m[0] != 4 && m[0] != 5) || *(volatile int *)(m + LW_PID_OFF) != (int)pid) {
+	/* format 4 or 5, the owner's pid, and total_size the file's size */
+	if ((m[0] != 4 && m[0] != 5) || *(volatile int *)(m + LW_PID_OFF) != (int)pid ||
+	    *(volatile uint64_t *)(m + LW_SIZE_OFF) != (uint64_t)st.st_size) {
 		munmap(m, LW_MAP_LEN);
 		return -1;
 	}
@@ -224,10 +262,10 @@ static int shm_object(const uint8_t *name, size_t len, char *out, size_t n, pid_
 		return -1;
 	memcpy(buf, name + sizeof(pre) - 1, len - (sizeof(pre) - 1));
 	buf[len - (sizeof(pre) - 1)] = 0;
-	if (strncmp(buf, "sdofi-", 6) || strchr(buf, '/'))
+	if (strncmp(buf, "sdofi-", 6) || strchr(buf, '/') || buf[6] < '1' || buf[6] > '9')
 		return -1;
 	v = strtol(buf + 6, &end, 10);
-	if (v <= 0 || *end != '-')
+	if (v <= 0 || v > INT_MAX || *end != '-')
 		return -1;
 	*pid = (pid_t)v;
 	return snprintf(out, n, "/%s", buf) < (int)n ? 0 : -1;
@@ -296,7 +334,9 @@ void ofi_lockwatch_peer(struct sd_prov *p, uint64_t peer_uid, const uint8_t *nam
 		snprintf(r->name, sizeof(r->name), "%s", obj);
 		r->peer_uid = peer_uid;
 		r->pidfd = pidfd_of(pid);
-		if (region_map(r, pid)) {
+		/* ESRCH: gone already, or not in our pid namespace; and a namesake
+		 * that does not map the region is not the peer: not watched */
+		if ((r->pidfd < 0 && errno != ENOSYS) || !maps_region(pid, obj) || region_map(r, pid)) {
 			if (r->pidfd >= 0)
 				close(r->pidfd);
 			free(r);
