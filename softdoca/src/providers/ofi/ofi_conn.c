@@ -612,11 +612,10 @@ int ofi_conn_deadlines(struct sd_prov *p)
 static int peer_gone(const struct sd_prov_conn *c)
 {
 	static const char pre[] = "fi_shm://sdofi-";
-	char buf[64], path[64], st = 0;
+	char buf[64];
 	size_t n = c->peer_name_len;
 	long pid;
 	char *end;
-	FILE *f;
 
 	if (n < sizeof(pre) || memcmp(c->peer_name, pre, sizeof(pre) - 1))
 		return 0;
@@ -628,19 +627,7 @@ static int peer_gone(const struct sd_prov_conn *c)
 	pid = strtol(buf, &end, 10);
 	if (pid <= 0 || *end != '-')
 		return 0;
-	if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-		return 1;
-	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-	f = fopen(path, "r");
-	if (f) { /* "pid (comm) S ...": the state follows the last ')' */
-		char line[512];
-		char *rp = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
-
-		if (rp && rp[1] == ' ')
-			st = rp[2];
-		fclose(f);
-	}
-	return st == 'Z' || st == 'X';
+	return ofi_pid_gone(pid);
 }
 
 /* inside progress: failure teardown, kept events, closing; 1 when c was freed */

@@ -300,6 +300,7 @@ struct sd_prov {
 
 /* ofi_provider.c */
 uint64_t ofi_now_ns(void);
+int ofi_pid_gone(long pid);
 doca_error_t ofi_err(int fi_rc);
 const char *ofi_str(int fi_rc);
 void ofi_put64(uint8_t *b, uint64_t v);

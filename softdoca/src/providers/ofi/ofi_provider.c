@@ -111,6 +111,26 @@ uint64_t ofi_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Is the process gone (no such pid, or a zombie)? */
+int ofi_pid_gone(long pid)
+{
+	char path[64], line[512], st = 0;
+	FILE *f;
+
+	if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+		return 1;
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	f = fopen(path, "r");
+	if (f) { /* "pid (comm) S ...": the state follows the last ')' */
+		char *rp = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+
+		if (rp && rp[1] == ' ')
+			st = rp[2];
+		fclose(f);
+	}
+	return st == 'Z' || st == 'X';
+}
+
 const char *ofi_str(int rc) { return OFI.strerror ? OFI.strerror(rc < 0 ? -rc : rc) : "?"; }
 
 doca_error_t ofi_err(int rc)

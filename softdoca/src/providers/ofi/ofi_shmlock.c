@@ -42,7 +42,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,9 +125,6 @@ static int maps_region(pid_t pid, const char *obj)
 
 static int has_exited(struct lw_region *r)
 {
-	char path[64], line[512], st = 0;
-	FILE *f;
-
 	if (r->exited)
 		return 1;
 	if (r->pidfd >= 0) {
@@ -137,19 +133,7 @@ static int has_exited(struct lw_region *r)
 		r->exited = poll(&pf, 1, 0) == 1;
 		return r->exited;
 	}
-	/* no pidfd (kernel < 5.3): gone, or a zombie */
-	if (kill(r->pid, 0) != 0 && errno == ESRCH)
-		return r->exited = 1;
-	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)r->pid);
-	f = fopen(path, "r");
-	if (f) {
-		char *rp = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
-
-		if (rp && rp[1] == ' ')
-			st = rp[2];
-		fclose(f);
-	}
-	return r->exited = (st == 'Z' || st == 'X');
+	return r->exited = ofi_pid_gone(r->pid); /* no pidfd (kernel < 5.3): gone, or a zombie */
 }
 
 static int held(struct ofi_lockwatch *w, struct lw_region *r)
