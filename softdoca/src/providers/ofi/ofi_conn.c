@@ -611,23 +611,10 @@ int ofi_conn_deadlines(struct sd_prov *p)
  * libfabric; a closing connection's BYE to a dead peer was such a send. */
 static int peer_gone(const struct sd_prov_conn *c)
 {
-	static const char pre[] = "fi_shm://sdofi-";
-	char buf[64];
-	size_t n = c->peer_name_len;
-	long pid;
-	char *end;
+	char obj[128];
+	pid_t pid;
 
-	if (n < sizeof(pre) || memcmp(c->peer_name, pre, sizeof(pre) - 1))
-		return 0;
-	n -= sizeof(pre) - 1;
-	if (n > sizeof(buf) - 1)
-		n = sizeof(buf) - 1;
-	memcpy(buf, c->peer_name + sizeof(pre) - 1, n);
-	buf[n] = 0;
-	pid = strtol(buf, &end, 10);
-	if (pid <= 0 || *end != '-')
-		return 0;
-	return ofi_pid_gone(pid);
+	return !ofi_shm_object(c->peer_name, c->peer_name_len, obj, sizeof(obj), &pid) && ofi_pid_gone(pid);
 }
 
 /* inside progress: failure teardown, kept events, closing; 1 when c was freed */

@@ -9,6 +9,8 @@
 
 #include "../provider.h"
 
+#include <sys/types.h>
+
 #include <rdma/fabric.h>
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
@@ -327,6 +329,7 @@ void ofi_lockwatch_start(struct sd_prov *p);
 void ofi_lockwatch_peer(struct sd_prov *p, uint64_t peer_uid, const uint8_t *name, size_t len);
 int ofi_lockwatch_take(struct sd_prov *p, uint64_t *uids, int max);
 void ofi_lockwatch_stop(struct sd_prov *p);
+int ofi_shm_object(const uint8_t *name, size_t len, char *out, size_t n, pid_t *pid);
 extern unsigned long ofi_lockwatch_releases;
 extern int ofi_lockwatch_instances;
 

@@ -75,11 +75,10 @@ struct lw_region {
 	int released;            /* (atomic) released by the watch, not yet taken by progress */
 };
 
-/* Regions are only added (at the head, published with a release store) while
- * the thread runs and freed after it left, so it walks them without a lock;
- * mu orders the adders. */
+/* Regions are only added (at the head, published with a release store, by the
+ * provider's calls, which the caller serializes) while the thread runs, and
+ * freed after it left, so it walks them without a lock. */
 struct ofi_lockwatch {
-	pthread_mutex_t mu;
 	pthread_t thread;
 	int stop_fd;             /* eventfd: close asks the thread to leave */
 	struct lw_region *regions;
@@ -107,6 +106,7 @@ static int pidfd_of(pid_t pid)
 static int maps_region(pid_t pid, const char *obj)
 {
 	char path[64], line[512];
+	size_t n = strlen(obj);
 	int found = 0;
 	FILE *f;
 
@@ -117,7 +117,7 @@ static int maps_region(pid_t pid, const char *obj)
 	while (!found && fgets(line, sizeof(line), f)) {
 		char *s = strstr(line, "/dev/shm");
 
-		found = s && !strncmp(s + 8, obj, strlen(obj)) && (s[8 + strlen(obj)] == '\n' || s[8 + strlen(obj)] == ' ');
+		found = s && !strncmp(s + 8, obj, n) && (s[8 + n] == '\n' || s[8 + n] == ' ');
 	}
 	fclose(f);
 	return found;
@@ -233,8 +233,9 @@ static int region_map(struct lw_region *r, pid_t pid)
 	return 0;
 }
 
-/* "fi_shm://sdofi-<pid>-<uid>:0:0" -> "/sdofi-<pid>-<uid>:0:0" and the pid */
-static int shm_object(const uint8_t *name, size_t len, char *out, size_t n, pid_t *pid)
+/* "fi_shm://sdofi-<pid>-<uid>:0:0" -> "/sdofi-<pid>-<uid>:0:0" and the pid
+ * (the names ofi_provider.c gives shm endpoints); -1: not such a name */
+int ofi_shm_object(const uint8_t *name, size_t len, char *out, size_t n, pid_t *pid)
 {
 	static const char pre[] = "fi_shm://";
 	char buf[128], *end;
@@ -272,7 +273,7 @@ void ofi_lockwatch_start(struct sd_prov *p)
 	if (!r || !w)
 		goto fail;
 	r->pidfd = -1;
-	if (shm_object(p->name, p->name_len, r->name, sizeof(r->name), &pid) || pid != getpid() ||
+	if (ofi_shm_object(p->name, p->name_len, r->name, sizeof(r->name), &pid) || pid != getpid() ||
 	    region_map(r, pid))
 		goto fail;
 	pthread_spin_init(&probe, PTHREAD_PROCESS_PRIVATE);
@@ -281,11 +282,9 @@ void ofi_lockwatch_start(struct sd_prov *p)
 	w->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->stop_fd < 0)
 		goto fail;
-	pthread_mutex_init(&w->mu, NULL);
 	w->regions = r;
 	w->n = 1;
 	if (pthread_create(&w->thread, NULL, watch_main, w)) {
-		pthread_mutex_destroy(&w->mu);
 		close(w->stop_fd);
 		goto fail;
 	}
@@ -308,9 +307,8 @@ void ofi_lockwatch_peer(struct sd_prov *p, uint64_t peer_uid, const uint8_t *nam
 	char obj[128];
 	pid_t pid;
 
-	if (!w || shm_object(name, len, obj, sizeof(obj), &pid) || pid == getpid())
+	if (!w || ofi_shm_object(name, len, obj, sizeof(obj), &pid) || pid == getpid())
 		return;
-	pthread_mutex_lock(&w->mu);
 	for (r = w->regions; r; r = r->next)
 		if (r->peer_uid == peer_uid && !strcmp(r->name, obj))
 			break;
@@ -330,7 +328,6 @@ void ofi_lockwatch_peer(struct sd_prov *p, uint64_t peer_uid, const uint8_t *nam
 			w->n++;
 		}
 	}
-	pthread_mutex_unlock(&w->mu);
 }
 
 /* Progress: the peer instances whose lock the watch released since the last
@@ -374,7 +371,6 @@ void ofi_lockwatch_stop(struct sd_prov *p)
 			close(r->pidfd);
 		free(r);
 	}
-	pthread_mutex_destroy(&w->mu);
 	free(w);
 	p->lockwatch = NULL;
 	__atomic_sub_fetch(&ofi_lockwatch_instances, 1, __ATOMIC_RELAXED);
