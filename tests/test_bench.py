@@ -189,6 +189,36 @@ def test_target_spin_reaches_the_target_alone(tmp_path: Path) -> None:
     assert _spin_of({"SOFTDOCA_SPIN_US": "x"}) == 0 and _spin_of({}) == 0     # inherited values are recorded too
 
 
+def test_the_serving_spin_is_recorded_as_the_target_had_it(tmp_path: Path) -> None:
+    """target_serve_spin_us: SOFTDOCA_SERVE_SPIN_US as softdoca reads it, its default the C header's, 0 where it
+    does not apply (the native provider)."""
+    import re
+    from pydoca.perftest import session
+    header = (Path(__file__).resolve().parents[1] / "softdoca/src/rdma/rdma.h").read_text()
+    m = re.search(r"#define SD_SERVE_SPIN_US_DEFAULT (\d+)", header)
+    assert m and int(m.group(1)) == session.SERVE_SPIN_US_DEFAULT
+    assert [session._serve_spin_of_text(v) for v in ("", "250", " 7", "-5", " ", "x", "999999")] == \
+        [session.SERVE_SPIN_US_DEFAULT, 250, 7, 100_000, 0, 0, 100_000]
+    f = tmp_path / "l.json"
+    out = bench("lat", "--iterations", "20", "--rounds", "1", "--json", str(f))
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(f.read_text())
+    assert got["provider"] == "native" and got["target_serve_spin_us"] == 0, got
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, SOFTDOCA_PROVIDER="ucx", UCX_TLS="tcp", SOFTDOCA_SERVE_SPIN_US="70")
+    probe = subprocess.run([sys.executable, "-c", "from pydoca._native import provider_name; print(provider_name())"],
+                           env=env, capture_output=True, text=True, timeout=60)
+    if probe.stdout.strip() != "ucx":
+        pytest.skip("softdoca built without the ucx provider (Debian: libucx-dev)")
+    r = subprocess.run([sys.executable, "-m", "pydoca", "bench", "lat", "--iterations", "20", "--rounds", "1",
+                        "--json", str(f)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(f.read_text())
+    assert got["provider"] == "ucx" and got["target_serve_spin_us"] == 70, got
+
+
 def test_fi_pingpong_and_the_raw_libfabric_program(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The ofi rows' peers: fi_pingpong's round trip (twice its usec/xfer), the raw libfabric program's MB/s,
     and a reason with the fix where the program is not built."""

@@ -52,8 +52,9 @@ def _common(p: argparse.ArgumentParser, kind: str, *, op: bool = True, default_s
         p.add_argument("--target-spin", type=count(0), default=0, metavar="US",
                        help="softdoca: the target's engine thread polls US microseconds after each event before "
                             "it sleeps (SOFTDOCA_SPIN_US of the target alone), as ucx_perftest's and "
-                            "fi_pingpong's targets poll (default 0: it sleeps, and each operation pays its "
-                            "wake-up)")
+                            "fi_pingpong's targets poll (default 0: under a provider it polls only after serving "
+                            "operations that keep coming, SOFTDOCA_SERVE_SPIN_US; else it sleeps and each "
+                            "operation pays its wake-up)")
 
 
 def _iterations(p: argparse.ArgumentParser, default: int, what: str) -> None:

@@ -40,6 +40,9 @@ def _base(kind: str, op: str, size: int, iterations: int, rounds: int, transport
         # the target's engine thread polled this long after each event (SOFTDOCA_SPIN_US of the target; 0: it
         # slept between operations, its default)
         out["target_spin_us"] = session.target_spin_us
+        # under a provider (ucx, ofi) its engine also polled up to this long after serving a peer's operation
+        # while they kept coming (SOFTDOCA_SERVE_SPIN_US; 0: not at all, as on the native provider)
+        out["target_serve_spin_us"] = session.target_serve_spin_us
     return out
 
 

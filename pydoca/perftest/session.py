@@ -70,6 +70,37 @@ def _spin_of(env: Dict[str, str]) -> int:
     return min(int(digits), 100_000) if digits else 0
 
 
+#: softdoca's default serving spin (SD_SERVE_SPIN_US_DEFAULT in softdoca/src/rdma/rdma.h), microseconds
+SERVE_SPIN_US_DEFAULT = 100
+
+
+def _serve_spin_of(env: Dict[str, str]) -> int:
+    """The serving spin a softdoca target's engine has under a provider (SOFTDOCA_SERVE_SPIN_US as softdoca's
+    ``strtoull`` reads it, at most 100000; unset or empty: the default); 0 on the native provider and with real
+    DOCA, where it does not apply."""
+    from pydoca._native import provider_name
+    if backend_name() != "soft" or provider_name() in (None, "native"):
+        return 0
+    return _serve_spin_of_text(env.get("SOFTDOCA_SERVE_SPIN_US", ""))
+
+
+def _serve_spin_of_text(raw: str) -> int:
+    """SOFTDOCA_SERVE_SPIN_US's text as softdoca reads it (microseconds)."""
+    if not raw:
+        return SERVE_SPIN_US_DEFAULT
+    text = raw.lstrip(" \t\n\r\f\v")                         # as strtoull: spaces, a sign, digits
+    sign = text[:1] if text[:1] in "+-" else ""
+    digits = ""
+    for ch in text[len(sign):]:
+        if not ch.isdigit():
+            break
+        digits += ch
+    value = int(digits) if digits else 0
+    if sign == "-" and value:                               # strtoull negates: a huge value, capped
+        return 100_000
+    return min(value, 100_000)
+
+
 def _soft_has_transports() -> bool:
     """True when the loaded softdoca honours SOFTDOCA_TRANSPORT (exports softdoca_transport_name)."""
     import ctypes
@@ -157,6 +188,8 @@ class Session:
         env = target_env(transport, target_spin_us)
         #: what the target's engine got (an inherited SOFTDOCA_SPIN_US counts too)
         self.target_spin_us = target_spin_us or _spin_of(env)
+        #: its serving spin after each operation it served (SOFTDOCA_SERVE_SPIN_US; providers only)
+        self.target_serve_spin_us = _serve_spin_of(env)
         self.target = Target(env)
         self.stack.callback(self.target.close)
         try:

@@ -16,6 +16,8 @@
  */
 #include "rdma.h"
 
+#include <stdatomic.h>
+
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -28,6 +30,7 @@ static struct {
 	int epfd;            /* -1: no engine thread */
 	struct sd_ep efd;    /* wakes the engine thread */
 	uint64_t timeout_ns;
+	atomic_int waiters;  /* threads blocked in sd_eng_lock (a spinning engine lets them in) */
 } eng = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.epfd = -1,
@@ -118,8 +121,17 @@ void sd_eng_complete(struct doca_task *task, doca_error_t status)
 
 void sd_eng_lock(void)
 {
-	pthread_mutex_lock(&eng.lock);
+	if (pthread_mutex_trylock(&eng.lock) != 0) {
+		atomic_fetch_add_explicit(&eng.waiters, 1, memory_order_relaxed);
+		pthread_mutex_lock(&eng.lock);
+		atomic_fetch_sub_explicit(&eng.waiters, 1, memory_order_relaxed);
+	}
 	eng_held = 1;
+}
+
+int sd_eng_lock_waiters(void)
+{
+	return atomic_load_explicit(&eng.waiters, memory_order_relaxed);
 }
 
 int sd_eng_trylock(void)
@@ -230,6 +242,11 @@ void sd_eng_hook_watch(int on)
 		return;
 	sd_eng_ep_mod(eng_hook_ep, on ? EPOLLIN : 0);
 	eng_hook_watched = !!on;
+}
+
+int sd_eng_is_hook_ep(const struct sd_ep *ep)
+{
+	return ep && ep == eng_hook_ep;
 }
 
 const struct sd_eng_hook *sd_eng_get_hook(void)

@@ -25,6 +25,7 @@
 #include "rdma.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -307,6 +308,51 @@ uint64_t sd_eng_spin_ns(void)
 	return x;
 }
 
+/* The serving spin (SOFTDOCA_SERVE_SPIN_US, default SD_SERVE_SPIN_US_DEFAULT;
+ * with a provider open). Over a provider's tcp or shared memory a peer's
+ * one-sided operation needs this process's engine thread, the NIC of the
+ * process: a sleeping engine costs every such operation a thread wake-up
+ * (20-60 us on a small VM, more than the operation). After a turn that served
+ * a peer the engine polls for up to this long before it sleeps. Served: woken
+ * by input (or finding some) while none of this process's own provider
+ * operations is outstanding, nor ended within twice the window (their tail of
+ * acknowledgements and the fabric's own traffic: an initiator does not spin
+ * on its completions). Adaptive: the window is renewed while served turns
+ * come within twice it of each other and halves after each one that came
+ * later, so an engine serving sparse traffic sleeps at once and an idle one
+ * never spins. 0 disables it. */
+static uint64_t loop_serve_spin_ns(void)
+{
+	static uint64_t v = UINT64_MAX; /* engine thread only */
+
+	if (v == UINT64_MAX) {
+		const char *e = getenv("SOFTDOCA_SERVE_SPIN_US");
+		uint64_t us = e && *e ? strtoull(e, NULL, 10) : SD_SERVE_SPIN_US_DEFAULT;
+
+		v = (us > 100000 ? 100000 : us) * 1000ull;
+	}
+	return v;
+}
+
+/* A turn that served a peer at now: how long to poll after it. */
+static uint64_t loop_serve_window(uint64_t now)
+{
+	static uint64_t cur, last; /* engine thread only */
+	uint64_t max = loop_serve_spin_ns();
+
+	if (!max)
+		return 0;
+	/* twice the window: an engine that slept through the gap made the peer's
+	 * cycle longer by its own wake-up (without this slack a stream a little
+	 * slower than the window keeps the engine asleep for good) */
+	if (last && now - last <= 2 * max)
+		cur = max;
+	else
+		cur /= 2; /* it came later: spinning for it was waste */
+	last = now;
+	return cur;
+}
+
 /* How long a stopping engine lets a provider's closed connections flush:
  * the engine timeout, at most 2 s (a peer that went silent costs no more). */
 static uint64_t loop_drain_ns(void)
@@ -340,14 +386,20 @@ static void *loop_main(void *arg)
 	pthread_setname_np(pthread_self(), "softdoca-engine"); /* ps -L, /proc/<pid>/task/<tid>/comm */
 	for (;;) {
 		int n = sd_eng_ep_wait(evs, 64, timeout);
-		uint64_t now, next;
+		int peer_in = 0;
+		uint64_t now, next, app_until, idle_since;
 
 		sd_eng_lock();
+		hook = sd_eng_get_hook();
+		/* before anything of ours completes below */
+		idle_since = hook && hook->idle_since ? hook->idle_since() : 0;
 		if (et->stop) {
 			/* a provider's closed connections finish flushing first, bounded */
 			hook = sd_eng_get_hook();
 			if (!drain_until)
 				drain_until = sd_now_ns() + loop_drain_ns();
+			if (hook && hook->live)
+				hook->live(0, 0); /* no promise: the thread ends */
 			if (hook && hook->drain && sd_now_ns() < drain_until && hook->drain()) {
 				loop.sleep_until = sd_now_ns() + 1000000ull;
 				sd_eng_unlock();
@@ -360,6 +412,8 @@ static void *loop_main(void *arg)
 		for (int i = 0; i < n; i++) {
 			struct sd_ep *ep = evs[i].data.ptr;
 
+			if (sd_eng_is_hook_ep(ep))
+				peer_in = 1; /* the provider's input (not a kick, not the native links) */
 			if (ep->kind == SD_EP_EVENTFD) {
 				uint64_t v;
 				ssize_t r = read(ep->fd, &v, sizeof(v));
@@ -387,15 +441,28 @@ static void *loop_main(void *arg)
 		sd_link_free_closed();
 		hook = sd_eng_get_hook();
 		busy = 0;
+		app_until = 0;
 		if (hook) { /* a provider (SOFTDOCA_PROVIDER): progress it, arm its fd before sleeping */
-			int ms = -1;
+			int ms = -1, pn = hook->progress();
 
-			if (hook->progress() > 0 || (spin && hook->polled && hook->polled()))
+			if (pn > 0 || (spin && hook->polled && hook->polled()))
 				n = n > 0 ? n : 1;
 			if (hook->arm(&ms))
 				busy = 1;
 			else if (ms >= 0)
 				next = sd_min_deadline(next, now + (uint64_t)ms * 1000000ull);
+			/* served a peer: input, progress, or input pending at the arm (a
+			 * provider whose progress serves a peer's one-sided operation
+			 * reports no completion for it) */
+			/* not on a polled provider: no turn can be told from an idle one there,
+			 * and its progress holds shm's queue lock (ofi_shmlock.c) */
+			if (idle_since && now - idle_since > 2 * loop_serve_spin_ns() && (peer_in || pn > 0 || busy) &&
+			    !(hook->polled && hook->polled())) {
+				uint64_t w = loop_serve_window(now);
+
+				if (w && now + w > spin_until)
+					spin_until = now + w;
+			}
 			/* an application thread polls the provider (sd_eng_poll): its fd
 			 * stays out of the set while it does, and the engine looks again
 			 * APP_POLL_NS after the last such poll, watching it from then on */
@@ -411,8 +478,10 @@ static void *loop_main(void *arg)
 				 * it saw unwatched and kicked, or this sees its 0 */
 				polled = atomic_load(&loop.app_polled_ns);
 				app_polls = polled != 0;
-				if (app_polls)
+				if (app_polls) {
 					next = sd_min_deadline(next, polled + APP_POLL_NS);
+					app_until = polled + APP_POLL_NS;
+				}
 			}
 			if (!app_polls) {
 				sd_eng_hook_watch(1);
@@ -422,8 +491,8 @@ static void *loop_main(void *arg)
 		if (busy) {
 			timeout = 0;
 		} else {
-			if (n > 0 && spin)
-				spin_until = now + spin;
+			if (n > 0 && spin && now + spin > spin_until)
+				spin_until = now + spin; /* never shorter than a serving window published */
 			if (spin_until && now < spin_until) {
 				timeout = 0;
 			} else {
@@ -443,10 +512,21 @@ static void *loop_main(void *arg)
 				}
 			}
 		}
+		if (hook && hook->live) {
+			/* a spinning turn: the next ones progress the provider, the last
+			 * of them after spin_until (it samples the time, then progresses) */
+			uint64_t serve = spin_until && timeout == 0 ? spin_until : 0;
+
+			hook->live(serve, serve > app_until ? serve : app_until);
+		}
 		/* published under the lock: a submitter holding it knows when this
 		 * thread looks again without waking it (0 is never used: "now") */
 		loop.sleep_until = timeout < 0 ? UINT64_MAX : sd_now_ns() + (uint64_t)timeout * 1000000ull;
 		sd_eng_unlock();
+		/* spinning: threads of this process waiting for the lock get it first
+		 * (the mutex is not fair; a spinning engine would take it back at once) */
+		for (int i = 0; timeout == 0 && spin_until && i < 64 && sd_eng_lock_waiters(); i++)
+			sched_yield();
 	}
 	return NULL;
 }

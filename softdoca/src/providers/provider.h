@@ -332,6 +332,17 @@ struct sd_provider_ops {
 	doca_error_t (*flush)(struct sd_prov_conn *c, void *op_ctx);
 	/* The application posted a receive: offer held messages again. */
 	void (*rx_resume)(struct sd_prov_conn *c);
+
+	/* Optional (NULL: nothing to do with it). The caller says, at the end of
+	 * each of its turns, until when progress() keeps being called without a
+	 * wake-up (CLOCK_MONOTONIC ns, 0: none): serve_until_ns is a promise (it
+	 * calls progress() at least once after that time before it next sleeps:
+	 * its spin), self_until_ns an expectation (the spin, or an application
+	 * thread that polls; it may stop earlier). A provider whose peers must
+	 * wake it for what they post (ofi over shm's doorbell) publishes the
+	 * promise, and skips waking a peer that promised while it is itself
+	 * progressed. */
+	void (*live)(struct sd_prov *p, uint64_t serve_until_ns, uint64_t self_until_ns);
 };
 
 /* The providers built in (NULL-terminated list) and lookup by name. */

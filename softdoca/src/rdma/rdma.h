@@ -589,6 +589,8 @@ struct doca_rdma {
  * was held to their progress engines (one batch, one notification each). */
 void sd_eng_lock(void);
 int sd_eng_trylock(void);  /* 0: taken */
+/* Threads blocked in sd_eng_lock now (a spinning engine thread gives way). */
+int sd_eng_lock_waiters(void);
 void sd_eng_unlock(void);
 /* Complete a task: batched while this thread holds the engine lock. */
 void sd_eng_complete(struct doca_task *task, doca_error_t status);
@@ -629,11 +631,22 @@ struct sd_eng_hook {
 	/* nonzero: nothing wakes the engine for what peers post (SD_PROV_CAP_POLLED), so
 	 * progress() cannot tell a turn that served a peer from an idle one */
 	int (*polled)(void);
+	/* none of this process's provider operations is outstanding: when the
+	 * last of them ended (sd_now_ns; 1: never one), else 0. Input long after
+	 * that is a peer's doing (the serving spin, rdma_loop.c); input soon after
+	 * may be their own traffic's tail (acknowledgements, the fabric's own) */
+	uint64_t (*idle_since)(void);
+	/* the end of a turn: progress() runs again after serve_until_ns before the
+	 * engine sleeps (its spin; 0: none); self_until_ns: without a wake-up till
+	 * about then (the spin, or an application thread polling) */
+	void (*live)(uint64_t serve_until_ns, uint64_t self_until_ns);
 };
 void sd_eng_set_hook(const struct sd_eng_hook *hook, struct sd_ep *ep);
 /* Engine lock held: watch the provider's fd in the engine's set (1) or not (0). */
 void sd_eng_hook_watch(int on);
 const struct sd_eng_hook *sd_eng_get_hook(void);
+/* ep is the provider's fd in the engine's set (engine lock held). */
+int sd_eng_is_hook_ep(const struct sd_ep *ep);
 /* The earlier of two deadlines, 0 meaning none. */
 /* Unlink c from a singly linked list of connections threaded through its
  * field `next` (the bridge's lists; a context destroyed right after frees its
@@ -704,6 +717,8 @@ int sd_eng_app_polls(void);
 void sd_eng_service(struct doca_rdma *rdma, const uint64_t *tags, int ntags);
 /* Default of SOFTDOCA_SPIN_US (engine thread) and SOFTDOCA_POLL_SPIN_US (progress engine waits). */
 #define SD_SPIN_US_DEFAULT 0
+/* Default of SOFTDOCA_SERVE_SPIN_US: the engine's adaptive spin after serving a peer (providers). */
+#define SD_SERVE_SPIN_US_DEFAULT 100
 /* A doca_rdma was created / destroyed: the engine thread lives while any exists. */
 void sd_eng_rdma_created(void);
 void sd_eng_rdma_destroyed(void);

@@ -59,6 +59,8 @@ static struct {
 	int kicked;                           /* a submit woke the engine since the provider was last progressed */
 	int defer_kick;                       /* inside sd_prov_try: sd_prov_submit_end decides */
 	int kick_due;                         /* a deferred submit left work: decided at the flush */
+	long nout;                            /* operations of this process outstanding on the provider */
+	uint64_t out_end_ns;                  /* when the last of them ended (0: none yet) */
 } P = {.ep = {.fd = -1}};
 
 /* A submit needs the engine to progress the provider (and re-arm its fd):
@@ -85,6 +87,7 @@ static void prov_atfork_child(void)
 	P.ep_added = 0;
 	P.ep.fd = -1;
 	P.kicked = 0;
+	P.nout = 0;
 }
 
 static void decide_once(void)
@@ -288,8 +291,20 @@ static int prov_polled(void)
 	return P.p && P.polled;
 }
 
+static uint64_t prov_idle_since(void)
+{
+	return P.nout ? 0 : P.out_end_ns ? P.out_end_ns : 1;
+}
+
+static void prov_live(uint64_t serve_until_ns, uint64_t self_until_ns)
+{
+	if (P.p && P.ops->live)
+		P.ops->live(P.p, serve_until_ns, self_until_ns);
+}
+
 static const struct sd_eng_hook prov_hook = {.progress = prov_progress, .arm = prov_arm, .drain = prov_drain,
-					     .polled = prov_polled};
+					     .polled = prov_polled, .idle_since = prov_idle_since,
+					     .live = prov_live};
 
 static void on_ep(struct sd_ep *ep, uint32_t events)
 {
@@ -859,6 +874,7 @@ static struct ptok *tok_new(struct doca_rdma_connection *c, struct sd_rtask *t, 
 		c->ptoks->prev = k;
 	c->ptoks = k;
 	c->prov_out++;
+	P.nout++;
 	return k;
 }
 
@@ -877,6 +893,8 @@ static void tok_unlink(struct ptok *k)
 	k->prev = k->next = NULL;
 	k->linked = 0;
 	c->prov_out--;
+	if (--P.nout == 0)
+		P.out_end_ns = sd_now_ns();
 }
 
 static void release_held(struct doca_rdma_connection *c);

@@ -11,6 +11,9 @@
 /* ofi_shmlock.c: queue locks of dead processes the watch released (this test links the provider's sources) */
 extern unsigned long ofi_lockwatch_releases;
 extern int ofi_lockwatch_instances;
+/* ofi_provider.c / ofi_awake.c: doorbell rings sent and left out (a peer's serving promise), pages published */
+extern unsigned long ofi_bell_rings, ofi_awake_skips, ofi_awake_unpaid;
+extern int ofi_awake_pages;
 
 #include <dirent.h>
 #include <errno.h>
@@ -287,7 +290,7 @@ static struct sd_prov_conn *oob_connect(int sock, int first)
 
 /* ---------------------------------------------------------------- the target (child) */
 enum cmd { CMD_CHECK = 1, CMD_RXLOG, CMD_RESUME, CMD_HOLD, CMD_QUIT, CMD_SET64, CMD_LISTEN, CMD_CM_ANSWER, CMD_NEWCONN,
-	   CMD_DEREG_RO };
+	   CMD_DEREG_RO, CMD_PROMISE, CMD_PROMISE_IDLE };
 struct msg { uint32_t cmd; uint32_t seed; uint64_t off, len, val; char text[64]; };
 
 static void target(int sock)
@@ -352,6 +355,21 @@ static void target(int sock)
 			break;
 		case CMD_SET64:
 			memcpy(S.mem + m.off, &m.val, 8);
+			msend(sock, &m, sizeof(m));
+			break;
+		case CMD_PROMISE: { /* promise m.val ms of progress (live()), and keep it: spin, then once more */
+			uint64_t until = (uint64_t)(now_us() * 1e3) + m.val * 1000000ull;
+
+			P->live(S.p, until, until);
+			msend(sock, &m, sizeof(m));
+			while ((uint64_t)(now_us() * 1e3) <= until)
+				P->progress(S.p);
+			P->progress(S.p);
+			P->live(S.p, 0, 0);
+			break;
+		}
+		case CMD_PROMISE_IDLE: /* promise m.val ms and break it: back to the blocking wait */
+			P->live(S.p, (uint64_t)(now_us() * 1e3) + m.val * 1000000ull, 0);
 			msend(sock, &m, sizeof(m));
 			break;
 		case CMD_HOLD:
@@ -492,6 +510,94 @@ static void test_rma(int sock, struct sd_prov_conn *c, struct sd_prov_rkey *rk, 
 	}
 	free(src);
 	free(dst);
+}
+
+/* 8 B writes, this side polling (as an application that polls): rings sent and left out meanwhile, and when
+ * the last completed */
+static void awake_writes(struct sd_prov_conn *c, struct sd_prov_rkey *rk, uint64_t base, uint32_t seed, int n,
+			 unsigned long *rings, unsigned long *skips, uint64_t *done_ms)
+{
+	uint8_t src[8];
+	unsigned long r0 = ofi_bell_rings, s0 = ofi_awake_skips;
+
+	for (int i = 0; i < n; i++) {
+		struct op w = {0};
+		struct sd_prov_iov iv = { src, 8, NULL };
+		doca_error_t e;
+
+		fill(src, 8, seed + (uint32_t)i);
+		e = P->write(c, &iv, 1, rk, base + 2048, &w);
+		for (uint64_t end = now_ms() + 10000; !e && !w.done && now_ms() < end;)
+			P->progress(S.p);
+		CHECK(!e && w.done && w.st == DOCA_SUCCESS, "awake: write %d: %s", i, sd_prov_strerror(e ? e : w.st));
+	}
+	*rings = ofi_bell_rings - r0;
+	*skips = ofi_awake_skips - s0;
+	*done_ms = now_ms();
+}
+
+static void awake_check(int sock, uint32_t seed)
+{
+	struct msg m = { .cmd = CMD_CHECK, .off = 2048, .len = 8, .seed = seed };
+	uint64_t ok = 0;
+
+	cmd(sock, &m);
+	mrecv(sock, &ok, sizeof(ok));
+	CHECK(ok == 1, "awake: the last write's bytes at the target");
+}
+
+/* A peer that promised progress (live()) is not rung while this side is
+ * progressed too; it is rung when this side may sleep (the answer is what
+ * wakes it), and once the promise is over. */
+static void test_awake(int sock, struct sd_prov_conn *c, struct sd_prov_rkey *rk, uint64_t base)
+{
+	enum { N = 50 };
+	struct msg m = { .cmd = CMD_PROMISE, .val = 400 };
+	unsigned long rings, skips, rings2, skips2;
+	uint64_t t0, t1, t2;
+	const uint64_t a_minute = 60000000000ull;
+
+	P->live(S.p, 0, (uint64_t)(now_us() * 1e3) + a_minute); /* this side polls (awake_writes) */
+	t0 = now_ms();
+	cmd(sock, &m);
+	mrecv(sock, &m, sizeof(m));
+	awake_writes(c, rk, base, 900, N, &rings, &skips, &t1);
+	P->live(S.p, 0, 0); /* this side may sleep: the answers must come */
+	awake_writes(c, rk, base, 950, 5, &rings2, &skips2, &t2);
+	printf("  awake: %d writes under the target's promise: %lu rings, %lu left out; then 5 with this side "
+	       "sleeping: %lu rings, %lu left out (%llu ms)\n", N, rings, skips, rings2, skips2,
+	       (unsigned long long)(t2 - t0));
+	if (t2 - t0 < 300) { /* well inside the promise (a descheduled test may not be) */
+		CHECK(rings == 0, "no ring while the target promised progress (%lu)", rings);
+		CHECK(skips >= N, "every write's ring left out (%lu)", skips);
+		CHECK(rings2 >= 5 && skips2 == 0, "rung while this side may sleep (%lu rings, %lu left out)", rings2,
+		      skips2);
+	}
+	awake_check(sock, 954); /* the target answers once its promise is over */
+	P->live(S.p, 0, (uint64_t)(now_us() * 1e3) + a_minute);
+	awake_writes(c, rk, base, 960, 5, &rings, &skips, &t1);
+	CHECK(rings >= 5 && skips == 0, "rung once the promise is over (%lu rings, %lu left out)", rings, skips);
+	awake_check(sock, 964);
+	/* a promise not kept (the target sleeps on): the ring left out is sent 1 ms later after all, and wakes it
+	 * (without that, it would wake at its own wait's bound: 50 ms in this test's loop, 1 s in softdoca's) */
+	m.cmd = CMD_PROMISE_IDLE;
+	m.val = 300;
+	cmd(sock, &m);
+	mrecv(sock, &m, sizeof(m));
+	usleep(20000); /* it is asleep */
+	{
+		unsigned long u0 = ofi_awake_unpaid;
+
+		t0 = now_ms();
+		awake_writes(c, rk, base, 970, 3, &rings, &skips, &t1);
+		printf("  awake: 3 writes under a promise not kept: %lu rings left out, %lu sent after all, %llu ms\n",
+		       skips, ofi_awake_unpaid - u0, (unsigned long long)(t1 - t0));
+		CHECK(ofi_awake_unpaid > u0, "a ring left out was sent once its write stayed outstanding");
+		CHECK(t1 - t0 < 40, "the writes done before the target's own wake-up (%llu ms)",
+		      (unsigned long long)(t1 - t0));
+	}
+	awake_check(sock, 972);
+	P->live(S.p, 0, 0);
 }
 
 static void test_atomics(int sock, struct sd_prov_conn *c, struct sd_prov_rkey *rk, uint64_t base)
@@ -1441,6 +1547,13 @@ int main(int argc, char **argv)
 	} else {
 		printf("  rma\n");
 		test_rma(sv[0], c, rk, base);
+		if (shm && ofi_awake_pages > 0) {
+			printf("  doorbell rings a peer's promise makes needless\n");
+			test_awake(sv[0], c, rk, base);
+		} else if (shm) {
+			printf("  the serving promise: not tested, no doorbell or no page here (SOFTDOCA_OFI_DOORBELL=0 or "
+			       "SOFTDOCA_OFI_AWAKE=0)\n");
+		}
 		printf("  atomics\n");
 		test_atomics(sv[0], c, rk, base);
 		if (getenv("NOMSG")) { /* known gap (docs/providers.md): messages are not reliable yet */

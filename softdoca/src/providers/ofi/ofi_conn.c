@@ -360,6 +360,7 @@ doca_error_t ofi_conn_connect(struct sd_prov_conn *c, const void *blob, size_t l
 			}
 			c->ep = c->txe->ep;
 		}
+		ofi_awake_peer(p, c->txe, c->peer_name, c->peer_name_len); /* shm: rings it can skip */
 		c->connected_local = 1;
 		c->state = CS_CONNECTING;
 		e = ofi_send_ctrl(c, M_HELLO, 0, 0, 0, 0);

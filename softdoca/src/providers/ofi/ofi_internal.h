@@ -176,6 +176,9 @@ struct ofi_txe {
 	int bell_ok;                /* a ring reached it once (later ECONNREFUSED: the peer is gone) */
 	int ring_due, answer_due;   /* send at the end of this submit / progress round */
 	uint64_t probe_ns;          /* when its doorbell was last probed */
+	const uint64_t *awake;      /* its published serving promise (ofi_awake.c), NULL: none known */
+	uint64_t owed_ns;           /* a ring left out then (0: none owed) */
+	int ring_force;             /* the ring due is owed: never left out */
 };
 
 enum cstate { CS_NEW = 0, CS_CONNECTING, CS_CM_REQUESTED, CS_ACCEPTING, CS_ESTABLISHED, CS_FAILED,
@@ -287,6 +290,10 @@ struct sd_prov {
 	int bells_due;              /* txes with ring_due / answer_due */
 	uint64_t next_probe_ns;
 	struct ofi_lockwatch *lockwatch; /* shm: locks of dead processes (ofi_shmlock.c), NULL: none */
+	uint64_t *awake;            /* with a doorbell: our serving promise, for peers (ofi_awake.c) */
+	char awake_name[96];
+	uint64_t self_until;        /* progressed without a wake-up till about then (live()) */
+	int owed;                   /* txes with owed_ns */
 	struct sd_prov_conn *conns;
 	struct sd_prov_conn **slots;
 	uint16_t *gens;
@@ -320,8 +327,19 @@ int ofi_conn_live(struct sd_prov *p, struct sd_prov_conn *c);
 struct ofi_txe *ofi_txe_get(struct sd_prov *p, uint64_t peer_uid, int bell, int *rc);
 void ofi_txe_put(struct sd_prov *p, struct ofi_txe *t);
 void ofi_ring(struct sd_prov_conn *c);
+void ofi_ring_txe(struct sd_prov *p, struct ofi_txe *t, int force);
+int ofi_txe_busy(struct sd_prov *p, struct ofi_txe *t);
 void ofi_bell_flush(struct sd_prov *p);
 #define OFI_WHY(w, ...) do { if (w) snprintf((w)->msg, sizeof((w)->msg), __VA_ARGS__); } while (0)
+
+/* ofi_awake.c: rings a peer's serving promise makes needless */
+void ofi_awake_open(struct sd_prov *p);
+void ofi_awake_close(struct sd_prov *p);
+void ofi_awake_peer(struct sd_prov *p, struct ofi_txe *t, const uint8_t *peer_name, size_t len);
+void ofi_awake_unmap(struct sd_prov *p, struct ofi_txe *t);
+int ofi_awake_skip(struct sd_prov *p, struct ofi_txe *t);
+uint64_t ofi_awake_owed(struct sd_prov *p, uint64_t now);
+void ofi_live(struct sd_prov *p, uint64_t serve_until_ns, uint64_t self_until_ns);
 
 /* ofi_shmlock.c: shm's queue locks held by dead processes */
 struct ofi_lockwatch;

@@ -391,6 +391,7 @@ static void txe_free(struct sd_prov *p, struct ofi_txe *t)
 			pp = &o->next;
 		}
 	}
+	ofi_awake_unmap(p, t);
 	free(t);
 }
 
@@ -457,6 +458,7 @@ static void bell_open(struct sd_prov *p)
 		return;
 	}
 	p->bell_fd = fd;
+	ofi_awake_open(p);
 }
 
 /* a peer with outstanding ops was heard from (or its doorbell closed): the
@@ -483,6 +485,8 @@ static void lock_releases(struct sd_prov *p)
 				peer_gone(p, t, "its process died holding its shm queue lock, which softdoca released");
 }
 
+unsigned long ofi_bell_rings; /* rings sent, in this process (tests read it) */
+
 static void bell_send(struct sd_prov *p, struct ofi_txe *t, int kind)
 {
 	struct bell_msg m = { .magic = BELL_MAGIC, .kind = (uint8_t)kind, .uid = p->uid };
@@ -492,6 +496,8 @@ static void bell_send(struct sd_prov *p, struct ofi_txe *t, int kind)
 
 	if (k == (ssize_t)sizeof(m)) {
 		t->bell_ok = 1;
+		if (kind == BELL_RING)
+			ofi_bell_rings++;
 		return;
 	}
 	/* a full queue (EAGAIN): the peer has rings unread, it is awake or wakes */
@@ -503,14 +509,21 @@ static void bell_send(struct sd_prov *p, struct ofi_txe *t, int kind)
 	}
 }
 
+void ofi_ring_txe(struct sd_prov *p, struct ofi_txe *t, int force)
+{
+	if (!t || !t->bell)
+		return;
+	if (force)
+		t->ring_force = 1;
+	if (!t->ring_due) {
+		t->ring_due = 1;
+		p->bells_due++;
+	}
+}
+
 void ofi_ring(struct sd_prov_conn *c)
 {
-	struct ofi_txe *t = c->txe;
-
-	if (t && t->bell && !t->ring_due) {
-		t->ring_due = 1;
-		c->p->bells_due++;
-	}
+	ofi_ring_txe(c->p, c->txe, 0);
 }
 
 /* one datagram per peer and round: a ring (answer wanted) or an answer */
@@ -522,9 +535,9 @@ void ofi_bell_flush(struct sd_prov *p)
 	for (struct ofi_txe *t = p->txes; t; t = t->next) {
 		if (!t->ring_due && !t->answer_due)
 			continue;
-		if (t->bell && !t->gone)
+		if (t->bell && !t->gone && !(t->ring_due && !t->answer_due && !t->ring_force && ofi_awake_skip(p, t)))
 			bell_send(p, t, t->ring_due ? BELL_RING : BELL_ANSWER);
-		t->ring_due = t->answer_due = 0;
+		t->ring_due = t->answer_due = t->ring_force = 0;
 	}
 }
 
@@ -559,7 +572,7 @@ static int bell_drain(struct sd_prov *p)
  * the others every second. */
 #define PROBE_BUSY_NS 200000000ull
 #define PROBE_IDLE_NS 1000000000ull
-static int txe_busy(struct sd_prov *p, struct ofi_txe *t)
+int ofi_txe_busy(struct sd_prov *p, struct ofi_txe *t)
 {
 	for (struct sd_prov_conn *c = p->conns; c; c = c->next)
 		if (c->txe == t && (c->out_head || c->pend_head))
@@ -578,7 +591,7 @@ static void bell_probe(struct sd_prov *p, uint64_t now)
 
 		if (!t->bell_ok || t->gone || (!t->refs && !t->own))
 			continue;
-		due = t->probe_ns + (txe_busy(p, t) ? PROBE_BUSY_NS : PROBE_IDLE_NS);
+		due = t->probe_ns + (ofi_txe_busy(p, t) ? PROBE_BUSY_NS : PROBE_IDLE_NS);
 		if (now >= due) {
 			struct sockaddr_un a;
 			socklen_t al = bell_addr(t->peer_uid, &a);
@@ -866,6 +879,7 @@ static doca_error_t o_close(struct sd_prov *p)
 	if (p->infos)
 		OFI.freeinfo(p->infos);
 	ofi_lockwatch_stop(p); /* last: a close that spun on a dead peer's lock needed it */
+	ofi_awake_close(p);
 	if (p->bell_fd >= 0)
 		close(p->bell_fd);
 	if (p->epfd >= 0)
@@ -934,7 +948,10 @@ static int o_progress(struct sd_prov *p)
 		n += ofi_conn_pump(c); /* may free c */
 	}
 	if (p->bell_fd >= 0) {
-		bell_probe(p, ofi_now_ns());
+		uint64_t now = ofi_now_ns();
+
+		bell_probe(p, now);
+		ofi_awake_owed(p, now); /* rings left out whose operations are still outstanding */
 		ofi_bell_flush(p); /* rings for what this round posted, answers to what rang */
 	}
 	p->in_progress--;
@@ -959,6 +976,13 @@ static doca_error_t o_arm(struct sd_prov *p, int *max_sleep_ms)
 		return DOCA_ERROR_INVALID_VALUE;
 	if (p->kick)
 		return DOCA_ERROR_AGAIN;
+	if (p->owed) {
+		uint64_t due = ofi_awake_owed(p, now);
+
+		if (p->bells_due)
+			ofi_bell_flush(p);
+		next = due; /* look again when the next owed ring is due */
+	}
 	if (p->eq)
 		fids[n++] = &p->eq->fid;
 	if (p->cq)
@@ -1202,4 +1226,5 @@ const struct sd_provider_ops sd_provider_ofi = {
 	.write_imm = ofi_op_write_imm,
 	.flush = ofi_op_flush,
 	.rx_resume = ofi_op_rx_resume,
+	.live = ofi_live,
 };
