@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import pydoca
 from pydoca import Access
@@ -109,6 +109,12 @@ class Local:
         conn.wait_established(10)
         peer.answer("connect")
         return conn
+
+    def write_target(self, peer: PeerProc, size: int = 4096) -> Tuple[pydoca.Connection, pydoca.MemoryMap]:
+        """The peer started with a ``size`` B region open to every remote access, connected (OOB): the
+        connection and the imported region."""
+        started = peer.call("start", size=size, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="oob")
+        return self.connect_oob(peer, started), self.remote(started["mmap"])
 
     def close(self) -> None:
         self.stack.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Dict
 
 import pytest
+from provider_params import OFI_TCP, UCX_TCP
 
 HERE = Path(__file__).resolve().parent
 
@@ -22,7 +23,7 @@ SCRIPT = r"""
 import hashlib, json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import pydoca
-from rdma_util import ALL_REMOTE, Local, PeerProc
+from rdma_util import Local, PeerProc
 
 def engine_switches():
     for tid in os.listdir("/proc/self/task"):
@@ -34,9 +35,7 @@ def engine_switches():
 peer = PeerProc()
 local = Local()
 try:
-    started = peer.call("start", size=4096, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="oob")
-    conn = local.connect_oob(peer, started)
-    rm = local.remote(started["mmap"])
+    conn, rm = local.write_target(peer)
     local.pe.mode = pydoca.ProgressMode.POLLING          # the application polls (pydoca bench --progress polling)
     data = bytearray(8)
     lm = local.local(data)
@@ -65,19 +64,7 @@ finally:
 """
 
 
-def _have(lib: str, header: str) -> bool:
-    return os.path.exists(header) and any(Path(d, lib).exists() for d in (
-        "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib"))
-
-
-PROVIDERS = [
-    pytest.param({"SOFTDOCA_PROVIDER": "ucx", "UCX_TLS": "tcp"}, id="ucx-tcp",
-                 marks=pytest.mark.skipif(not _have("libucp.so.0", "/usr/include/ucp/api/ucp.h"),
-                                          reason="UCX not installed (Debian: libucx-dev + libucx0)")),
-    pytest.param({"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "tcp"}, id="ofi-tcp",
-                 marks=pytest.mark.skipif(not _have("libfabric.so.1", "/usr/include/rdma/fabric.h"),
-                                          reason="libfabric not installed (Debian: libfabric-dev + libfabric1)")),
-]
+PROVIDERS = [UCX_TCP, OFI_TCP]
 
 
 @pytest.mark.parametrize("env", PROVIDERS)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Dict
 
 import pytest
+from provider_params import OFI_SHM, OFI_TCP, UCX_TCP
 
 HERE = Path(__file__).resolve().parent
 
@@ -22,7 +23,7 @@ SCRIPT = r"""
 import hashlib, json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import pydoca
-from rdma_util import ALL_REMOTE, Local, PeerProc
+from rdma_util import Local, PeerProc
 
 def ticks(pid):
     # cpu clock ticks (1/100 s) of the process's softdoca engine thread
@@ -35,9 +36,7 @@ def ticks(pid):
 peer = PeerProc()
 local = Local()
 try:
-    started = peer.call("start", size=4096, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="oob")
-    conn = local.connect_oob(peer, started)
-    rm = local.remote(started["mmap"])
+    conn, rm = local.write_target(peer)
     local.pe.mode = pydoca.ProgressMode[sys.argv[3]]
     data = bytearray(8)
     src, dst = local.inv.buffer(local.local(data)), local.inv.buffer(rm, length=8)
@@ -62,23 +61,9 @@ finally:
 """
 
 
-def _have(lib: str, header: str) -> bool:
-    return os.path.exists(header) and any(Path(d, lib).exists() for d in (
-        "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/usr/local/lib"))
-
-
-PROVIDERS = [
-    pytest.param({"SOFTDOCA_PROVIDER": "ucx", "UCX_TLS": "tcp"}, id="ucx-tcp",
-                 marks=pytest.mark.skipif(not _have("libucp.so.0", "/usr/include/ucp/api/ucp.h"),
-                                          reason="UCX not installed (Debian: libucx-dev + libucx0)")),
-    pytest.param({"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "tcp"}, id="ofi-tcp",
-                 marks=pytest.mark.skipif(not _have("libfabric.so.1", "/usr/include/rdma/fabric.h"),
-                                          reason="libfabric not installed (Debian: libfabric-dev + libfabric1)")),
-]
 # ofi over shm: its doorbell wakes the target, and rings nobody while the target's promise holds (ofi_awake.c)
-SHM = pytest.param({"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "shm"}, id="ofi-shm",
-                   marks=pytest.mark.skipif(not _have("libfabric.so.1", "/usr/include/rdma/fabric.h"),
-                                            reason="libfabric not installed (Debian: libfabric-dev + libfabric1)"))
+PROVIDERS = [UCX_TCP, OFI_TCP, OFI_SHM]
+
 
 
 def _run(env: Dict[str, str], mode: str, ops: int) -> Dict[str, int]:
@@ -90,7 +75,7 @@ def _run(env: Dict[str, str], mode: str, ops: int) -> Dict[str, int]:
     return got
 
 
-@pytest.mark.parametrize("env", PROVIDERS + [SHM])
+@pytest.mark.parametrize("env", PROVIDERS)
 def test_a_served_target_keeps_polling_for_its_window_then_sleeps(env: Dict[str, str]) -> None:
     # a window of 100 ms (the longest allowed) makes the spin visible in the engine thread's cpu time: after a
     # stream of back-to-back writes the target's engine keeps polling for the window (about 8 of the 8 ticks
@@ -105,7 +90,7 @@ def test_a_served_target_keeps_polling_for_its_window_then_sleeps(env: Dict[str,
     assert off["target_after"] <= 1, off
 
 
-@pytest.mark.parametrize("env", PROVIDERS + [SHM])
+@pytest.mark.parametrize("env", PROVIDERS)
 def test_an_initiator_engine_does_not_spin_on_its_own_operations(env: Dict[str, str]) -> None:
     # an initiator that sleeps on its pe at once (no application spin): its engine collects every completion
     # and hands it over. That is not serving a peer, so it does not spin after them, however long the window
