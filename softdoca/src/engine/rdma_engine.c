@@ -17,7 +17,6 @@
 #include "rdma.h"
 
 #include <stdatomic.h>
-
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
