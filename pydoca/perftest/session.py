@@ -60,14 +60,27 @@ def target_env(transport: str, spin_us: int = 0) -> Dict[str, str]:
     return env
 
 
-def _spin_of(env: Dict[str, str]) -> int:
-    """SOFTDOCA_SPIN_US as softdoca reads it (leading digits, at most 100000; anything else 0)."""
+def _us_of_text(raw: str, default: int) -> int:
+    """A softdoca microseconds variable's text as softdoca reads it: ``strtoull`` (spaces, a sign, leading digits;
+    a negative value wraps to a huge one), at most 100000; unset or empty: ``default``."""
+    if not raw:
+        return default
+    text = raw.lstrip(" \t\n\r\f\v")
+    sign = text[:1] if text[:1] in "+-" else ""
     digits = ""
-    for ch in env.get("SOFTDOCA_SPIN_US", "").strip():
+    for ch in text[len(sign):]:
         if not ch.isdigit():
             break
         digits += ch
-    return min(int(digits), 100_000) if digits else 0
+    value = int(digits) if digits else 0
+    if sign == "-" and value:
+        return 100_000
+    return min(value, 100_000)
+
+
+def _spin_of(env: Dict[str, str]) -> int:
+    """SOFTDOCA_SPIN_US as softdoca reads it (default 0)."""
+    return _us_of_text(env.get("SOFTDOCA_SPIN_US", ""), 0)
 
 
 #: softdoca's default serving spin (SD_SERVE_SPIN_US_DEFAULT in softdoca/src/rdma/rdma.h), microseconds
@@ -75,9 +88,8 @@ SERVE_SPIN_US_DEFAULT = 100
 
 
 def _serve_spin_of(env: Dict[str, str]) -> int:
-    """The serving spin a softdoca target's engine has under a provider (SOFTDOCA_SERVE_SPIN_US as softdoca's
-    ``strtoull`` reads it, at most 100000; unset or empty: the default); 0 on the native provider and with real
-    DOCA, where it does not apply."""
+    """The serving spin a softdoca target's engine has under a provider (SOFTDOCA_SERVE_SPIN_US as softdoca reads
+    it); 0 on the native provider and with real DOCA, where it does not apply."""
     from pydoca._native import provider_name
     if backend_name() != "soft" or provider_name() in (None, "native"):
         return 0
@@ -86,19 +98,7 @@ def _serve_spin_of(env: Dict[str, str]) -> int:
 
 def _serve_spin_of_text(raw: str) -> int:
     """SOFTDOCA_SERVE_SPIN_US's text as softdoca reads it (microseconds)."""
-    if not raw:
-        return SERVE_SPIN_US_DEFAULT
-    text = raw.lstrip(" \t\n\r\f\v")                         # as strtoull: spaces, a sign, digits
-    sign = text[:1] if text[:1] in "+-" else ""
-    digits = ""
-    for ch in text[len(sign):]:
-        if not ch.isdigit():
-            break
-        digits += ch
-    value = int(digits) if digits else 0
-    if sign == "-" and value:                               # strtoull negates: a huge value, capped
-        return 100_000
-    return min(value, 100_000)
+    return _us_of_text(raw, SERVE_SPIN_US_DEFAULT)
 
 
 def _soft_has_transports() -> bool:

@@ -395,7 +395,6 @@ static void *loop_main(void *arg)
 		idle_since = hook && hook->idle_since ? hook->idle_since() : 0;
 		if (et->stop) {
 			/* a provider's closed connections finish flushing first, bounded */
-			hook = sd_eng_get_hook();
 			if (!drain_until)
 				drain_until = sd_now_ns() + loop_drain_ns();
 			if (hook && hook->live)

@@ -81,17 +81,19 @@ void ofi_awake_open(struct sd_prov *p)
 	close(fd);
 	p->awake = m;
 	__atomic_store_n(&p->awake[1], time_ns_id(), __ATOMIC_RELAXED);
-	snprintf(p->awake_name, sizeof(p->awake_name), "%s", name);
 	__atomic_add_fetch(&ofi_awake_pages, 1, __ATOMIC_RELAXED);
 }
 
 void ofi_awake_close(struct sd_prov *p)
 {
+	char name[96];
+
 	if (!p->awake)
 		return;
 	__atomic_store_n(p->awake, 0, __ATOMIC_RELEASE);
 	munmap(p->awake, AWAKE_PAGE);
-	shm_unlink(p->awake_name);
+	awake_name(name, sizeof(name), (long)getpid(), p->uid); /* the instance closes in its own process */
+	shm_unlink(name);
 	p->awake = NULL;
 	__atomic_sub_fetch(&ofi_awake_pages, 1, __ATOMIC_RELAXED);
 }

@@ -291,7 +291,6 @@ struct sd_prov {
 	uint64_t next_probe_ns;
 	struct ofi_lockwatch *lockwatch; /* shm: locks of dead processes (ofi_shmlock.c), NULL: none */
 	uint64_t *awake;            /* with a doorbell: our serving promise, for peers (ofi_awake.c) */
-	char awake_name[96];
 	uint64_t self_until;        /* progressed without a wake-up till about then (live()) */
 	int owed;                   /* txes with owed_ns */
 	struct sd_prov_conn *conns;
