@@ -515,8 +515,13 @@ static void *loop_main(void *arg)
 			/* a spinning turn: the next ones progress the provider, the last
 			 * of them after spin_until (it samples the time, then progresses) */
 			uint64_t serve = spin_until && timeout == 0 ? spin_until : 0;
+			/* while the application polls, this thread publishes again at its next
+			 * turn, which the millisecond sleep puts up to APP_POLL_NS past
+			 * app_until: the promise covers that (a promise gap made every
+			 * operation in it ring) */
+			uint64_t self = app_until ? app_until + APP_POLL_NS : 0;
 
-			hook->live(serve, serve > app_until ? serve : app_until);
+			hook->live(serve, serve > self ? serve : self);
 		}
 		/* published under the lock: a submitter holding it knows when this
 		 * thread looks again without waking it (0 is never used: "now") */

@@ -242,7 +242,9 @@ struct sd_provider_ops {
 	void (*query_caps)(struct sd_prov *p, struct sd_prov_caps *caps);
 
 	/* Progress: runs the callbacks that are due (completions, messages,
-	 * connection events, deadlines). Returns how many it ran. Non-blocking. */
+	 * connection events, deadlines). Returns how many it ran, plus work it
+	 * can tell it did for peers (their one-sided operations served: no
+	 * callback tells of those); 0: nothing. Non-blocking. */
 	int (*progress)(struct sd_prov *p);
 	/* Blocking progress: get_fd gives an fd that becomes readable when
 	 * progress() has work. arm() before sleeping on it: DOCA_SUCCESS: sleep

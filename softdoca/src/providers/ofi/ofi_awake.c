@@ -23,6 +23,11 @@
  * later (a promise not kept, a sender that stopped polling), progress and
  * arm send it then, and arm bounds the sleep to that; so a wrong skip costs
  * at most about a millisecond, never a hang.
+ * A sender that leaves a ring out counts that in the peer's page, so the
+ * peer's progress can tell it served someone (ofi_awake_served): its engine
+ * keeps its serving spin going on that, where without a ring it would see
+ * no sign of a one-sided operation it served and let the promise lapse
+ * (every lapse made the next operation ring and wait for the wake-up).
  */
 #define _GNU_SOURCE
 #include "ofi_internal.h"
@@ -36,7 +41,8 @@
 #include <unistd.h>
 
 #define AWAKE_PAGE 4096
-/* the page: [0] the promise (ns), [1] the owner's time namespace (inode; 0: none) */
+/* the page: [0] the promise (ns), [1] the owner's time namespace (inode; 0: none), [2] rings peers left
+ * out under the promise (each adds one) */
 #define OWED_NS 1000000ull
 
 unsigned long ofi_awake_skips; /* rings left out, in this process (tests read it) */
@@ -112,12 +118,12 @@ void ofi_awake_peer(struct sd_prov *p, struct ofi_txe *t, const uint8_t *peer_na
 		return;
 	awake_name(name, sizeof(name), (long)pid, t->peer_uid);
 	/* non-blocking: nothing else of that name (a FIFO) may stall the caller */
-	fd = shm_open(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
+	fd = shm_open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
 	if (fd < 0)
 		return;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_size == AWAKE_PAGE &&
-	    (m = mmap(NULL, AWAKE_PAGE, PROT_READ, MAP_SHARED, fd, 0)) != MAP_FAILED) {
-		const uint64_t *w = m;
+	    (m = mmap(NULL, AWAKE_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) != MAP_FAILED) {
+		uint64_t *w = m;
 
 		/* its promise is in its clock: read only where that is ours */
 		if (__atomic_load_n(&w[1], __ATOMIC_RELAXED) == time_ns_id())
@@ -135,7 +141,7 @@ void ofi_awake_unmap(struct sd_prov *p, struct ofi_txe *t)
 		p->owed--;
 	}
 	if (t->awake)
-		munmap((void *)t->awake, AWAKE_PAGE);
+		munmap(t->awake, AWAKE_PAGE);
 	t->awake = NULL;
 }
 
@@ -153,6 +159,7 @@ int ofi_awake_skip(struct sd_prov *p, struct ofi_txe *t)
 	now = ofi_now_ns();
 	if (now < p->self_until && now < __atomic_load_n(t->awake, __ATOMIC_ACQUIRE)) {
 		ofi_awake_skips++; /* the provider's calls are serialized */
+		__atomic_fetch_add(&t->awake[2], 1, __ATOMIC_RELAXED); /* the peer sees it served someone */
 		if (!t->owed_ns) {
 			t->owed_ns = now;
 			p->owed++;
@@ -195,4 +202,19 @@ void ofi_live(struct sd_prov *p, uint64_t serve_until_ns, uint64_t self_until_ns
 	p->self_until = self_until_ns;
 	if (p->awake && __atomic_load_n(p->awake, __ATOMIC_RELAXED) != serve_until_ns)
 		__atomic_store_n(p->awake, serve_until_ns, __ATOMIC_RELEASE);
+}
+
+/* peers left rings out under our promise since the last call: 1 (progress
+ * counts it as work done for them), else 0 */
+int ofi_awake_served(struct sd_prov *p)
+{
+	uint64_t v;
+
+	if (!p->awake)
+		return 0;
+	v = __atomic_load_n(&p->awake[2], __ATOMIC_RELAXED);
+	if (v == p->awake_seen)
+		return 0;
+	p->awake_seen = v;
+	return 1;
 }

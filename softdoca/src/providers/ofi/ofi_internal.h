@@ -176,7 +176,7 @@ struct ofi_txe {
 	int bell_ok;                /* a ring reached it once (later ECONNREFUSED: the peer is gone) */
 	int ring_due, answer_due;   /* send at the end of this submit / progress round */
 	uint64_t probe_ns;          /* when its doorbell was last probed */
-	const uint64_t *awake;      /* its published serving promise (ofi_awake.c), NULL: none known */
+	uint64_t *awake;            /* its page (ofi_awake.c): the promise it published, our posts under it; NULL: none */
 	uint64_t owed_ns;           /* a ring left out then (0: none owed) */
 	int ring_force;             /* the ring due is owed: never left out */
 };
@@ -292,6 +292,7 @@ struct sd_prov {
 	struct ofi_lockwatch *lockwatch; /* shm: locks of dead processes (ofi_shmlock.c), NULL: none */
 	uint64_t *awake;            /* with a doorbell: our serving promise, for peers (ofi_awake.c) */
 	uint64_t self_until;        /* progressed without a wake-up till about then (live()) */
+	uint64_t awake_seen;        /* peers' posts under our promise as last counted (ofi_awake_served) */
 	int owed;                   /* txes with owed_ns */
 	struct sd_prov_conn *conns;
 	struct sd_prov_conn **slots;
@@ -338,6 +339,7 @@ void ofi_awake_peer(struct sd_prov *p, struct ofi_txe *t, const uint8_t *peer_na
 void ofi_awake_unmap(struct sd_prov *p, struct ofi_txe *t);
 int ofi_awake_skip(struct sd_prov *p, struct ofi_txe *t);
 uint64_t ofi_awake_owed(struct sd_prov *p, uint64_t now);
+int ofi_awake_served(struct sd_prov *p);
 void ofi_live(struct sd_prov *p, uint64_t serve_until_ns, uint64_t self_until_ns);
 
 /* ofi_shmlock.c: shm's queue locks held by dead processes */

@@ -942,6 +942,7 @@ static int o_progress(struct sd_prov *p)
 	}
 	if (p->rx_unposted > 0)
 		ofi_repost_rx(p);
+	n += ofi_awake_served(p); /* one-sided operations served: no completion here tells of them */
 	n += ofi_conn_deadlines(p);
 	for (struct sd_prov_conn *c = p->conns, *nx; c; c = nx) {
 		nx = c->next;
