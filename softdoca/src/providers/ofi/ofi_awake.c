@@ -23,7 +23,7 @@
  * later (a promise not kept, a sender that stopped polling), progress and
  * arm send it then, and arm bounds the sleep to that; so a wrong skip costs
  * at most about a millisecond, never a hang.
- * A sender that leaves a ring out counts that in the peer's page, so the
+ * A sender that leaves a ring out counts that in the peer's page (a cache line apart from the promise), so the
  * peer's progress can tell it served someone (ofi_awake_served): its engine
  * keeps its serving spin going on that, where without a ring it would see
  * no sign of a one-sided operation it served and let the promise lapse
@@ -41,8 +41,10 @@
 #include <unistd.h>
 
 #define AWAKE_PAGE 4096
-/* the page: [0] the promise (ns), [1] the owner's time namespace (inode; 0: none), [2] rings peers left
+/* the page: [0] the promise (ns), [1] the owner's time namespace (inode; 0: none); [AWAKE_SERVED], on a
+ * cache line of its own (peers write it, the owner's promise stores would bounce with it): rings peers left
  * out under the promise (each adds one) */
+#define AWAKE_SERVED 16
 #define OWED_NS 1000000ull
 
 unsigned long ofi_awake_skips; /* rings left out, in this process (tests read it) */
@@ -159,7 +161,7 @@ int ofi_awake_skip(struct sd_prov *p, struct ofi_txe *t)
 	now = ofi_now_ns();
 	if (now < p->self_until && now < __atomic_load_n(t->awake, __ATOMIC_ACQUIRE)) {
 		ofi_awake_skips++; /* the provider's calls are serialized */
-		__atomic_fetch_add(&t->awake[2], 1, __ATOMIC_RELAXED); /* the peer sees it served someone */
+		__atomic_fetch_add(&t->awake[AWAKE_SERVED], 1, __ATOMIC_RELAXED); /* the peer sees it served someone */
 		if (!t->owed_ns) {
 			t->owed_ns = now;
 			p->owed++;
@@ -212,7 +214,7 @@ int ofi_awake_served(struct sd_prov *p)
 
 	if (!p->awake)
 		return 0;
-	v = __atomic_load_n(&p->awake[2], __ATOMIC_RELAXED);
+	v = __atomic_load_n(&p->awake[AWAKE_SERVED], __ATOMIC_RELAXED);
 	if (v == p->awake_seen)
 		return 0;
 	p->awake_seen = v;
