@@ -12,7 +12,7 @@
 extern unsigned long ofi_lockwatch_releases;
 extern int ofi_lockwatch_instances;
 /* ofi_provider.c / ofi_awake.c: doorbell rings sent and left out (a peer's serving promise), pages published */
-extern unsigned long ofi_bell_rings, ofi_awake_skips, ofi_awake_unpaid;
+extern unsigned long ofi_bell_rings, ofi_bell_reads, ofi_awake_skips, ofi_awake_unpaid;
 extern int ofi_awake_pages;
 
 #include <dirent.h>
@@ -296,6 +296,7 @@ struct msg { uint32_t cmd; uint32_t seed; uint64_t off, len, val; char text[64];
 static void target(int sock)
 {
 	long served = 0; /* progress's count during the last promise (CMD_PROMISE) */
+	uint64_t calls = 0, reads = 0; /* progress calls and doorbell reads during it */
 	struct sd_prov_conn *c;
 	struct sd_prov_mr *mr, *mr_ro;
 	void *blob, *blob_ro;
@@ -364,14 +365,19 @@ static void target(int sock)
 			P->live(S.p, until, until);
 			msend(sock, &m, sizeof(m));
 			served = 0;
-			while ((uint64_t)(now_us() * 1e3) <= until)
+			calls = 0;
+			reads = ofi_bell_reads;
+			for (; (uint64_t)(now_us() * 1e3) <= until; calls++)
 				served += P->progress(S.p);
 			served += P->progress(S.p);
+			reads = ofi_bell_reads - reads;
 			P->live(S.p, 0, 0);
 			break;
 		}
 		case CMD_SERVED: /* what progress reported during the last promise */
 			m.val = (uint64_t)served;
+			m.off = calls;
+			m.len = reads;
 			msend(sock, &m, sizeof(m));
 			break;
 		case CMD_PROMISE_IDLE: /* promise m.val ms and break it: back to the blocking wait */
@@ -596,6 +602,11 @@ static void test_awake(int sock, struct sd_prov_conn *c, struct sd_prov_rkey *rk
 	cmd(sock, &m);
 	mrecv(sock, &m, sizeof(m));
 	CHECK(m.val == 0, "an idle promise reports no work (%llu)", (unsigned long long)m.val);
+	/* nothing rang: the doorbell is read on its timer (every 50 us), not in every progress call */
+	printf("  awake: an idle 30 ms promise: %llu progress calls, %llu doorbell reads\n", (unsigned long long)m.off,
+	       (unsigned long long)m.len);
+	CHECK(m.off < 2000 || m.len * 10 < m.off, "the doorbell read in every progress call while nothing rang "
+	      "(%llu reads, %llu calls)", (unsigned long long)m.len, (unsigned long long)m.off);
 	P->live(S.p, 0, (uint64_t)(now_us() * 1e3) + a_minute);
 	awake_writes(c, rk, base, 960, 5, &rings, &skips, &t1);
 	CHECK(rings >= 5 && skips == 0, "rung once the promise is over (%lu rings, %lu left out)", rings, skips);

@@ -28,6 +28,10 @@
  * keeps its serving spin going on that, where without a ring it would see
  * no sign of a one-sided operation it served and let the promise lapse
  * (every lapse made the next operation ring and wait for the wake-up).
+ * A peer also counts every datagram it sends to this doorbell (after the
+ * send), so this side reads the doorbell only when the count moved, instead
+ * of one recv() in every progress call (most of a polling turn's cost); it
+ * still reads it at least every DRAIN_NS, for a peer that counts nowhere.
  */
 #define _GNU_SOURCE
 #include "ofi_internal.h"
@@ -45,6 +49,9 @@
  * cache line of its own (peers write it, the owner's promise stores would bounce with it): rings peers left
  * out under the promise (each adds one) */
 #define AWAKE_SERVED 16
+/* [AWAKE_RANG], a cache line further: datagrams peers sent to our doorbell (each adds one after sending) */
+#define AWAKE_RANG 24
+#define DRAIN_NS 50000ull
 #define OWED_NS 1000000ull
 
 unsigned long ofi_awake_skips; /* rings left out, in this process (tests read it) */
@@ -115,8 +122,8 @@ void ofi_awake_peer(struct sd_prov *p, struct ofi_txe *t, const uint8_t *peer_na
 	void *m;
 	int fd;
 
-	if (!p->awake || t->awake || !t->bell || ofi_shm_object(peer_name, len, obj, sizeof(obj), &pid) ||
-	    pid == getpid())
+	/* mapped whether or not this side publishes a page: the count of our datagrams is for the peer */
+	if (t->page || !t->bell || ofi_shm_object(peer_name, len, obj, sizeof(obj), &pid) || pid == getpid())
 		return;
 	awake_name(name, sizeof(name), (long)pid, t->peer_uid);
 	/* non-blocking: nothing else of that name (a FIFO) may stall the caller */
@@ -127,11 +134,10 @@ void ofi_awake_peer(struct sd_prov *p, struct ofi_txe *t, const uint8_t *peer_na
 	    (m = mmap(NULL, AWAKE_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) != MAP_FAILED) {
 		uint64_t *w = m;
 
-		/* its promise is in its clock: read only where that is ours */
-		if (__atomic_load_n(&w[1], __ATOMIC_RELAXED) == time_ns_id())
+		t->page = w;
+		/* its promise is in its clock: read only where that is ours, and only where ours is published */
+		if (p->awake && __atomic_load_n(&w[1], __ATOMIC_RELAXED) == time_ns_id())
 			t->awake = w;
-		else
-			munmap(m, AWAKE_PAGE);
 	}
 	close(fd);
 }
@@ -142,9 +148,9 @@ void ofi_awake_unmap(struct sd_prov *p, struct ofi_txe *t)
 		t->owed_ns = 0;
 		p->owed--;
 	}
-	if (t->awake)
-		munmap(t->awake, AWAKE_PAGE);
-	t->awake = NULL;
+	if (t->page)
+		munmap(t->page, AWAKE_PAGE);
+	t->page = t->awake = NULL;
 }
 
 /* the ring due to t may be left out: everything posted so far is served by
@@ -218,5 +224,30 @@ int ofi_awake_served(struct sd_prov *p)
 	if (v == p->awake_seen)
 		return 0;
 	p->awake_seen = v;
+	return 1;
+}
+
+/* a datagram went to t's doorbell: count it in its page (after the send, so
+ * an owner that sees the count finds the datagram queued) */
+void ofi_awake_rang(struct ofi_txe *t)
+{
+	if (t->page)
+		__atomic_fetch_add(&t->page[AWAKE_RANG], 1, __ATOMIC_RELEASE);
+}
+
+/* may the doorbell hold datagrams? 1 where peers' count moved since the
+ * last read, where it was not read for DRAIN_NS, or where this side has no
+ * page; the count is taken then, before the caller reads the doorbell */
+int ofi_bell_due(struct sd_prov *p, uint64_t now)
+{
+	uint64_t v;
+
+	if (!p->awake)
+		return 1;
+	v = __atomic_load_n(&p->awake[AWAKE_RANG], __ATOMIC_ACQUIRE);
+	if (v == p->rang_seen && now < p->drain_next_ns)
+		return 0;
+	p->rang_seen = v;
+	p->drain_next_ns = now + DRAIN_NS;
 	return 1;
 }

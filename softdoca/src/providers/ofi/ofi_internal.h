@@ -176,7 +176,8 @@ struct ofi_txe {
 	int bell_ok;                /* a ring reached it once (later ECONNREFUSED: the peer is gone) */
 	int ring_due, answer_due;   /* send at the end of this submit / progress round */
 	uint64_t probe_ns;          /* when its doorbell was last probed */
-	uint64_t *awake;            /* its page (ofi_awake.c): the promise it published, our posts under it; NULL: none */
+	uint64_t *page;             /* its page (ofi_awake.c), mapped where it has one: our datagrams counted there */
+	uint64_t *awake;            /* that page where its promise is in our clock (our posts under it); NULL: none */
 	uint64_t owed_ns;           /* a ring left out then (0: none owed) */
 	int ring_force;             /* the ring due is owed: never left out */
 };
@@ -293,6 +294,8 @@ struct sd_prov {
 	uint64_t *awake;            /* with a doorbell: our serving promise, for peers (ofi_awake.c) */
 	uint64_t self_until;        /* progressed without a wake-up till about then (live()) */
 	uint64_t awake_seen;        /* peers' posts under our promise as last counted (ofi_awake_served) */
+	uint64_t rang_seen;         /* peers' datagrams to our doorbell as last counted (ofi_bell_due) */
+	uint64_t drain_next_ns;     /* read the doorbell by then even if the count did not move */
 	int owed;                   /* txes with owed_ns */
 	struct sd_prov_conn *conns;
 	struct sd_prov_conn **slots;
@@ -340,6 +343,8 @@ void ofi_awake_unmap(struct sd_prov *p, struct ofi_txe *t);
 int ofi_awake_skip(struct sd_prov *p, struct ofi_txe *t);
 uint64_t ofi_awake_owed(struct sd_prov *p, uint64_t now);
 int ofi_awake_served(struct sd_prov *p);
+void ofi_awake_rang(struct ofi_txe *t);
+int ofi_bell_due(struct sd_prov *p, uint64_t now);
 void ofi_live(struct sd_prov *p, uint64_t serve_until_ns, uint64_t self_until_ns);
 
 /* ofi_shmlock.c: shm's queue locks held by dead processes */

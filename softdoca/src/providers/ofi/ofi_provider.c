@@ -486,6 +486,7 @@ static void lock_releases(struct sd_prov *p)
 }
 
 unsigned long ofi_bell_rings; /* rings sent, in this process (tests read it) */
+unsigned long ofi_bell_reads; /* reads of the doorbell, in this process (tests read it) */
 
 static void bell_send(struct sd_prov *p, struct ofi_txe *t, int kind)
 {
@@ -496,6 +497,7 @@ static void bell_send(struct sd_prov *p, struct ofi_txe *t, int kind)
 
 	if (k == (ssize_t)sizeof(m)) {
 		t->bell_ok = 1;
+		ofi_awake_rang(t);
 		if (kind == BELL_RING)
 			ofi_bell_rings++;
 		return;
@@ -541,17 +543,23 @@ void ofi_bell_flush(struct sd_prov *p)
 	}
 }
 
-/* read what rang (bounded); rings of known peers are answered after this progress */
+/* read what rang (bounded; only where something may have: ofi_bell_due);
+ * rings of known peers are answered after this progress */
 static int bell_drain(struct sd_prov *p)
 {
 	struct bell_msg m[8];
 	int n = 0;
 
+	if (!ofi_bell_due(p, ofi_now_ns()))
+		return 0;
+	ofi_bell_reads++;
 	for (int round = 0; round < 64; round++) {
 		ssize_t k = recv(p->bell_fd, m, sizeof(m), MSG_DONTWAIT);
 
 		if (k < (ssize_t)sizeof(m[0]))
 			break;
+		if (round == 63)
+			p->drain_next_ns = 0; /* the bound: the rest next time */
 		n++;
 		if (m[0].magic != BELL_MAGIC || m[0].kind != BELL_RING)
 			continue;
