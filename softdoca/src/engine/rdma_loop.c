@@ -379,14 +379,14 @@ static void *loop_main(void *arg)
 {
 	struct sd_engthr *et = arg;
 	struct epoll_event evs[64];
-	int timeout = -1, busy;
+	int timeout = -1, busy, unarmed = 0; /* unarmed: the provider's last turn skipped its arm */
 	uint64_t spin_until = 0, spin = sd_eng_spin_ns(), drain_until = 0;
 	const struct sd_eng_hook *hook;
 
 	pthread_setname_np(pthread_self(), "softdoca-engine"); /* ps -L, /proc/<pid>/task/<tid>/comm */
 	for (;;) {
 		int n = sd_eng_ep_wait(evs, 64, timeout);
-		int peer_in = 0;
+		int peer_in = 0, nhook = 0;
 		uint64_t now, next, app_until, idle_since;
 
 		sd_eng_lock();
@@ -411,8 +411,10 @@ static void *loop_main(void *arg)
 		for (int i = 0; i < n; i++) {
 			struct sd_ep *ep = evs[i].data.ptr;
 
-			if (sd_eng_is_hook_ep(ep))
+			if (sd_eng_is_hook_ep(ep)) {
 				peer_in = 1; /* the provider's input (not a kick, not the native links) */
+				nhook++;
+			}
 			if (ep->kind == SD_EP_EVENTFD) {
 				uint64_t v;
 				ssize_t r = read(ep->fd, &v, sizeof(v));
@@ -444,9 +446,22 @@ static void *loop_main(void *arg)
 		if (hook) { /* a provider (SOFTDOCA_PROVIDER): progress it, arm its fd before sleeping */
 			int ms = -1, pn = hook->progress();
 
+			if (unarmed) { /* not armed since: its fd's readiness is stale, progress counts the input */
+				n -= nhook;
+				peer_in = 0;
+			}
 			if (pn > 0 || (spin && hook->polled && hook->polled()))
 				n = n > 0 ? n : 1;
-			if (hook->arm(&ms))
+			/* a provider whose progress counts what it served (SD_PROV_CAP_SPIN_UNARMED)
+			 * is armed (progressed once more, its wake-up set) only on a turn that
+			 * may sleep: a spinning turn looks again at once, and an arm costs system
+			 * calls and makes peers signal (UCX on shared memory: an eventfd read and
+			 * a socket drain here, a datagram from the next sender) */
+			unarmed = hook->spin_unarmed && hook->spin_unarmed() &&
+				  ((n > 0 && spin) || (spin_until && now < spin_until));
+			if (unarmed)
+				;
+			else if (hook->arm(&ms))
 				busy = 1;
 			else if (ms >= 0)
 				next = sd_min_deadline(next, now + (uint64_t)ms * 1000000ull);

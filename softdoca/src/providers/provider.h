@@ -121,6 +121,10 @@ enum sd_prov_cap_flag {
 	SD_PROV_CAP_POLLED = 1u << 7,        /* nothing wakes a sleeping engine for what a peer sends: arm()
 					      * bounds its sleep (ofi over shm without a doorbell), so every
 					      * round trip may cost that bound */
+	SD_PROV_CAP_SPIN_UNARMED = 1u << 8,  /* progress() counts what it served peers, and the fd signals
+					      * only after arm() (an eventfd it clears): an engine that polls
+					      * progress() need not arm on each turn, and ignores the fd's
+					      * readiness until it arms again */
 };
 
 struct sd_prov_caps {

@@ -631,6 +631,8 @@ struct sd_eng_hook {
 	/* nonzero: nothing wakes the engine for what peers post (SD_PROV_CAP_POLLED), so
 	 * progress() cannot tell a turn that served a peer from an idle one */
 	int (*polled)(void);
+	/* nonzero: a spinning engine need not arm (SD_PROV_CAP_SPIN_UNARMED) */
+	int (*spin_unarmed)(void);
 	/* none of this process's provider operations is outstanding: when the
 	 * last of them ended (sd_now_ns; 1: never one), else 0. Input long after
 	 * that is a peer's doing (the serving spin, rdma_loop.c); input soon after

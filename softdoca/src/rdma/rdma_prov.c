@@ -56,6 +56,7 @@ static struct {
 	int no_msg;                           /* messages stay on the native link (see prov_open) */
 	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
 	int polled;                           /* caps: SD_PROV_CAP_POLLED */
+	int spin_unarmed;                     /* caps: SD_PROV_CAP_SPIN_UNARMED */
 	int kicked;                           /* a submit woke the engine since the provider was last progressed */
 	int defer_kick;                       /* inside sd_prov_try: sd_prov_submit_end decides */
 	int kick_due;                         /* a deferred submit left work: decided at the flush */
@@ -291,6 +292,11 @@ static int prov_polled(void)
 	return P.p && P.polled;
 }
 
+static int prov_spin_unarmed(void)
+{
+	return P.p && P.spin_unarmed;
+}
+
 static uint64_t prov_idle_since(void)
 {
 	return P.nout ? 0 : P.out_end_ns ? P.out_end_ns : 1;
@@ -303,7 +309,8 @@ static void prov_live(uint64_t serve_until_ns, uint64_t self_until_ns)
 }
 
 static const struct sd_eng_hook prov_hook = {.progress = prov_progress, .arm = prov_arm, .drain = prov_drain,
-					     .polled = prov_polled, .idle_since = prov_idle_since,
+					     .polled = prov_polled, .spin_unarmed = prov_spin_unarmed,
+					     .idle_since = prov_idle_since,
 					     .live = prov_live};
 
 static void on_ep(struct sd_ep *ep, uint32_t events)
@@ -361,6 +368,7 @@ static doca_error_t prov_open(void)
 			P.ops->query_caps(P.p, &caps);
 			P.max_iov = caps.max_iov;
 			P.polled = !!(caps.flags & SD_PROV_CAP_POLLED);
+			P.spin_unarmed = !!(caps.flags & SD_PROV_CAP_SPIN_UNARMED);
 			/* messages through the provider unless SOFTDOCA_PROVIDER_MESSAGES=0, or unset
 			 * where the provider is polled: each message and its answer would wait for
 			 * the peer's polling (ofi shm without its doorbell: ~1 ms; docs/providers.md) */
