@@ -23,11 +23,12 @@
  * later (a promise not kept, a sender that stopped polling), progress and
  * arm send it then, and arm bounds the sleep to that; so a wrong skip costs
  * at most about a millisecond, never a hang.
- * A sender that leaves a ring out counts that in the peer's page (a cache line apart from the promise), so the
- * peer's progress can tell it served someone (ofi_awake_served): its engine
- * keeps its serving spin going on that, where without a ring it would see
- * no sign of a one-sided operation it served and let the promise lapse
- * (every lapse made the next operation ring and wait for the wake-up).
+ * A sender that leaves a ring out counts that in the peer's page (a cache
+ * line apart from the promise), so the peer's progress can tell it served
+ * someone (ofi_awake_served): its engine keeps its serving spin going on
+ * that, where without a ring it would see no sign of a one-sided operation
+ * it served and let the promise lapse (every lapse made the next operation
+ * ring and wait for the wake-up).
  * A peer also counts every datagram it sends to this doorbell (after the
  * send), so this side reads the doorbell only when the count moved, instead
  * of one recv() in every progress call (most of a polling turn's cost); it

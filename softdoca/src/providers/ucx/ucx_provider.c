@@ -414,7 +414,8 @@ static void u_caps(struct sd_prov *p, struct sd_prov_caps *caps)
 	/* ucp_worker_progress counts the puts and messages it served; the worker's fd is armed by
 	 * ucp_worker_arm (its eventfd read, its shared-memory signal socket drained) */
 	caps->flags = SD_PROV_CAP_OOB | SD_PROV_CAP_CM | SD_PROV_CAP_FD | SD_PROV_CAP_CHECK_REQUESTER |
-		      SD_PROV_CAP_SPIN_UNARMED | (verbs ? SD_PROV_CAP_ATOMIC_NATIVE | SD_PROV_CAP_ONE_SIDED_NO_TARGET : 0);
+		      SD_PROV_CAP_SPIN_UNARMED |
+		      (verbs ? SD_PROV_CAP_ATOMIC_NATIVE | SD_PROV_CAP_ONE_SIDED_NO_TARGET : 0);
 	caps->max_msg = 1ull << 30;
 	caps->max_iov = MAX_IOV;
 	caps->max_priv = SD_PROV_MAX_PRIV;
