@@ -386,7 +386,7 @@ static void *loop_main(void *arg)
 	pthread_setname_np(pthread_self(), "softdoca-engine"); /* ps -L, /proc/<pid>/task/<tid>/comm */
 	for (;;) {
 		int n = sd_eng_ep_wait(evs, 64, timeout);
-		int peer_in = 0, nhook = 0;
+		int nhook = 0; /* events of the provider's fd (its input: not a kick, not the native links) */
 		uint64_t now, next, app_until, idle_since;
 
 		sd_eng_lock();
@@ -411,10 +411,8 @@ static void *loop_main(void *arg)
 		for (int i = 0; i < n; i++) {
 			struct sd_ep *ep = evs[i].data.ptr;
 
-			if (sd_eng_is_hook_ep(ep)) {
-				peer_in = 1; /* the provider's input (not a kick, not the native links) */
+			if (sd_eng_is_hook_ep(ep))
 				nhook++;
-			}
 			if (ep->kind == SD_EP_EVENTFD) {
 				uint64_t v;
 				ssize_t r = read(ep->fd, &v, sizeof(v));
@@ -448,7 +446,7 @@ static void *loop_main(void *arg)
 
 			if (unarmed) { /* not armed since: its fd's readiness is stale, progress counts the input */
 				n -= nhook;
-				peer_in = 0;
+				nhook = 0;
 			}
 			if (pn > 0 || (spin && hook->polled && hook->polled()))
 				n = n > 0 ? n : 1;
@@ -459,18 +457,18 @@ static void *loop_main(void *arg)
 			 * a socket drain here, a datagram from the next sender) */
 			unarmed = hook->spin_unarmed && hook->spin_unarmed() &&
 				  ((n > 0 && spin) || (spin_until && now < spin_until));
-			if (unarmed)
-				;
-			else if (hook->arm(&ms))
-				busy = 1;
-			else if (ms >= 0)
-				next = sd_min_deadline(next, now + (uint64_t)ms * 1000000ull);
+			if (!unarmed) {
+				if (hook->arm(&ms))
+					busy = 1;
+				else if (ms >= 0)
+					next = sd_min_deadline(next, now + (uint64_t)ms * 1000000ull);
+			}
 			/* served a peer: input, progress, or input pending at the arm (a
 			 * provider whose progress serves a peer's one-sided operation
 			 * reports no completion for it) */
 			/* not on a polled provider: no turn can be told from an idle one there,
 			 * and its progress holds shm's queue lock (ofi_shmlock.c) */
-			if (idle_since && now - idle_since > 2 * loop_serve_spin_ns() && (peer_in || pn > 0 || busy) &&
+			if (idle_since && now - idle_since > 2 * loop_serve_spin_ns() && (nhook || pn > 0 || busy) &&
 			    !(hook->polled && hook->polled())) {
 				uint64_t w = loop_serve_window(now);
 
