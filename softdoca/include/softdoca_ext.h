@@ -115,6 +115,9 @@ const char *softdoca_rdma_connection_get_error_detail(const struct doca_rdma_con
 /* Live softdoca objects of a kind ("connection", "link", "event", "listener",
  * "ctrl_frame"); -1 for an unknown kind. */
 long softdoca_debug_live_objects(const char *kind);
+/* A counter of softdoca's internals ("engine_provider_progress": the engine
+ * thread's progress calls of the provider in use); -1 for an unknown name. */
+long softdoca_debug_counter(const char *name);
 
 #ifdef __cplusplus
 } /* extern "C" */

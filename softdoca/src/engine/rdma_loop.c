@@ -45,6 +45,7 @@ static struct {
 	uint64_t sleep_until;        /* engine lock: when the engine thread wakes at the latest (see loop_main) */
 	_Atomic uint64_t app_polled_ns; /* an application thread last progressed the provider (sd_eng_poll); 0: it sleeps */
 	atomic_int unwatched;        /* the engine left the provider's fd to that thread (sd_eng_hook_watch(0)) */
+	atomic_ulong prov_progress_n; /* the engine thread's progress calls of a provider (softdoca_debug_counter) */
 	_Atomic uint64_t app_slept_ns; /* an application thread last went to sleep on a pe (sd_eng_app_sleeps) */
 } loop = {
 	.life = PTHREAD_MUTEX_INITIALIZER,
@@ -374,12 +375,27 @@ static uint64_t loop_drain_ns(void)
  * polling: one that alternates (a blocking wait after a short spin) keeps
  * the fd with the engine, which its completions wake anyway. */
 #define APP_SLEPT_NS 10000000ull
+/* Timed-out turns in a row the engine leaves to such a thread when it holds
+ * the engine lock: timers are then late by at most this many milliseconds. */
+#define LOOP_YIELD_TURNS 8
+
+/* An application thread progresses the provider itself (sd_eng_poll) and has
+ * not slept on a pe lately: one that also sleeps on its pe keeps the fd with
+ * the engine (a hand-back per wait). */
+static int app_polls_now(uint64_t now)
+{
+	uint64_t polled = atomic_load(&loop.app_polled_ns);
+	uint64_t slept = atomic_load_explicit(&loop.app_slept_ns, memory_order_relaxed);
+
+	return polled && polled + APP_POLL_NS > now && !(slept && slept + APP_SLEPT_NS > now);
+}
 
 static void *loop_main(void *arg)
 {
 	struct sd_engthr *et = arg;
 	struct epoll_event evs[64];
 	int timeout = -1, busy, unarmed = 0; /* unarmed: the provider's last turn skipped its arm */
+	int yielded = 0;                      /* turns left to a polling application in a row */
 	uint64_t spin_until = 0, spin = sd_eng_spin_ns(), drain_until = 0;
 	const struct sd_eng_hook *hook;
 
@@ -389,7 +405,21 @@ static void *loop_main(void *arg)
 		int nhook = 0; /* events of the provider's fd (its input: not a kick, not the native links) */
 		uint64_t now, next, app_until, idle_since;
 
-		sd_eng_lock();
+		/* a sleep that timed out while an application thread polls: that thread holds
+		 * the lock often, and a blocking take here would stall it (a futex wait
+		 * and wake per millisecond); this turn's timers wait for the next,
+		 * at most LOOP_YIELD_TURNS in a row */
+		if (n == 0 && timeout > 0 && yielded < LOOP_YIELD_TURNS && atomic_load(&loop.unwatched) &&
+		    app_polls_now(sd_now_ns())) {
+			if (sd_eng_trylock() != 0) {
+				yielded++;
+				timeout = 1;
+				continue;
+			}
+		} else {
+			sd_eng_lock();
+		}
+		yielded = 0;
 		hook = sd_eng_get_hook();
 		/* before anything of ours completes below */
 		idle_since = hook && hook->idle_since ? hook->idle_since() : 0;
@@ -442,7 +472,19 @@ static void *loop_main(void *arg)
 		busy = 0;
 		app_until = 0;
 		if (hook) { /* a provider (SOFTDOCA_PROVIDER): progress it, arm its fd before sleeping */
-			int ms = -1, pn = hook->progress();
+			int ms = -1, pn = 0;
+			/* an application thread polls it and this turn brought nothing of the
+			 * provider's (its fd is out of the set): the application progresses it;
+			 * a progress and an arm here only contend with that thread for the
+			 * provider (and its fd's state stays the application's); not a polled
+			 * provider, whose peers count on this thread's spin (ofi_awake.c) */
+			int left = atomic_load(&loop.unwatched) && app_polls_now(now) &&
+				   !(hook->polled && hook->polled());
+
+			if (!left) {
+				pn = hook->progress();
+				atomic_fetch_add_explicit(&loop.prov_progress_n, 1, memory_order_relaxed);
+			}
 
 			if (unarmed) { /* not armed since: its fd's readiness is stale, progress counts the input */
 				n -= nhook;
@@ -457,7 +499,9 @@ static void *loop_main(void *arg)
 			 * a socket drain here, a datagram from the next sender) */
 			unarmed = hook->spin_unarmed && hook->spin_unarmed() &&
 				  ((n > 0 && spin) || (spin_until && now < spin_until));
-			if (!unarmed) {
+			if (left) {
+				unarmed = 1; /* armed again on the turn that takes the fd back */
+			} else if (!unarmed) {
 				if (hook->arm(&ms))
 					busy = 1;
 				else if (ms >= 0)
@@ -479,9 +523,7 @@ static void *loop_main(void *arg)
 			 * stays out of the set while it does, and the engine looks again
 			 * APP_POLL_NS after the last such poll, watching it from then on */
 			uint64_t polled = atomic_load(&loop.app_polled_ns);
-			uint64_t slept = atomic_load_explicit(&loop.app_slept_ns, memory_order_relaxed);
-			/* one that also sleeps on its pe keeps the fd with the engine (a hand-back per wait) */
-			int app_polls = polled && polled + APP_POLL_NS > now && !(slept && slept + APP_SLEPT_NS > now);
+			int app_polls = app_polls_now(now);
 
 			if (app_polls) {
 				sd_eng_hook_watch(0);
@@ -546,6 +588,11 @@ static void *loop_main(void *arg)
 			sched_yield();
 	}
 	return NULL;
+}
+
+unsigned long sd_eng_prov_progress_calls(void)
+{
+	return atomic_load_explicit(&loop.prov_progress_n, memory_order_relaxed);
 }
 
 uint64_t sd_eng_sleep_until_ns(void)

@@ -13,6 +13,7 @@ SD_EXPORT int softdoca_rdma_connection_get_private_data(const struct doca_rdma_c
 SD_EXPORT const char *softdoca_task_get_error_detail(const struct doca_task *task);
 SD_EXPORT const char *softdoca_rdma_connection_get_error_detail(const struct doca_rdma_connection *conn);
 SD_EXPORT long softdoca_debug_live_objects(const char *kind);
+SD_EXPORT long softdoca_debug_counter(const char *name);
 
 /* 0 none, 1 rejected by the peer, 2 timed out, 3 refused (nothing listening), 4 lost; -1 bad handle */
 SD_EXPORT int softdoca_rdma_connection_get_fail_reason(const struct doca_rdma_connection *conn)
@@ -76,5 +77,15 @@ SD_EXPORT long softdoca_debug_live_objects(const char *kind)
 	for (int i = 0; kind && i < SD_LIVE_NUM; i++)
 		if (!strcmp(kind, names[i]))
 			return atomic_load(&sd_live[i]);
+	return -1;
+}
+
+/* A counter of softdoca's internals, for tests that check who does the work
+ * ("engine_provider_progress": the engine thread's progress calls of the
+ * provider in use); -1 for an unknown name. */
+SD_EXPORT long softdoca_debug_counter(const char *name)
+{
+	if (name && !strcmp(name, "engine_provider_progress"))
+		return (long)sd_eng_prov_progress_calls();
 	return -1;
 }

@@ -616,6 +616,8 @@ void sd_eng_kick(void);
  * latest without a wake-up (UINT64_MAX: not before an fd event or a kick;
  * 0: no engine thread). */
 uint64_t sd_eng_sleep_until_ns(void);
+/* How often the engine thread progressed the provider (softdoca_debug_counter). */
+unsigned long sd_eng_prov_progress_calls(void);
 /* Whether this thread holds the engine lock. */
 int sd_eng_held(void);
 /* A provider the engine thread progresses (rdma_prov.c): progress() every
