@@ -630,7 +630,8 @@ class Requester:
     # -- events (inside progress) -----------------------------------------------------
     def _on_conn(self, conn: Connection, state: ConnectionState) -> None:
         if conn is self.conn and state in (ConnectionState.DISCONNECTED, ConnectionState.FAILED):
-            self._break(Disconnected(f"connection to {self.address} {state.value}"))
+            why = conn.error_detail                     # softdoca says why (real DOCA does not)
+            self._break(Disconnected(f"connection to {self.address} {state.value}" + (f": {why}" if why else "")))
 
     def _on_imm(self, conn: Connection, imm: int, length: int) -> None:
         self._break(ProtocolError(f"unexpected write-with-immediate {imm:#x} from the responder"))

@@ -384,8 +384,12 @@ int ux_conn_pump(struct uconn *c, uint64_t now)
 	if ((c->state == CS_CONNECTING || c->state == CS_CM_WAIT_REQ || c->state == CS_CM_REQUESTED ||
 	     c->state == CS_CM_ACCEPTED || (c->state == CS_NEW && c->deadline_ns)) && c->deadline_ns && now > c->deadline_ns)
 		ux_conn_fail(c, 1, DOCA_ERROR_TIME_OUT, SD_PROV_FAIL_TIMEOUT,
-			     "no answer from the peer within %llu ms (address pointing nowhere, or the peer is gone)",
-			     (unsigned long long)(p->timeout_ns / 1000000));
+			     "no answer from the peer within %llu ms (address pointing nowhere, or the peer is gone%s)",
+			     (unsigned long long)(p->timeout_ns / 1000000),
+			     /* our half left, the peer's did not come: over UCX's shared memory, a peer killed
+			      * while writing into this process's receive queue stalls it (docs/providers.md) */
+			     c->same_host && !c->hello_seen && c->connected_local
+				     ? "; or a peer killed mid-send stalled UCX shared memory here: docs/providers.md" : "");
 	else if (c->outstanding && c->state != CS_FAILED && now > c->outstanding->start_ns + p->timeout_ns) {
 		char why[96];
 

@@ -196,7 +196,7 @@ struct uconn {
 	int pending_ev;               /* SD_PROV_EV_* to emit in pump */
 	doca_error_t fail_status;
 	enum sd_prov_fail fail_reason;
-	char why[160];
+	char why[200];
 	struct rkcache *rkc;
 	int nrkc, caprkc;
 	char transport[64];
