@@ -143,6 +143,20 @@ static void rx_lowat(struct sd_link *l)
 
 static int rx_read_turn(struct sd_link *l, doca_error_t *st);
 
+/* The link's input ended (r == 0) or failed (r < 0, errno): its cause, for the
+ * connection's error detail (a link being drained was closed here: no cause) */
+static void rx_lost(struct sd_link *l, ssize_t r)
+{
+	if (r == 0)
+		sd_link_set_why(l, "the peer closed the connection (its process exited, or it closed it)");
+	else if (errno == ECONNRESET)
+		sd_link_set_why(l, "the peer reset the connection (its process died, or its host dropped it)");
+	else if (errno == ETIMEDOUT || errno == EHOSTUNREACH)
+		sd_link_set_why(l, "the kernel gave up on the connection (the peer's host stopped answering)");
+	else
+		sd_link_set_why(l, "the connection's socket failed (errno %d)", errno);
+}
+
 /* One turn of reading; whatever ended it (EAGAIN, the per-turn budget, a
  * pause, a finished payload), the low-water mark then matches the state the
  * link is left in, so epoll never waits for bytes that are not due. */
@@ -211,6 +225,7 @@ static int rx_read_turn(struct sd_link *l, doca_error_t *st)
 			r = recv(l->ep.fd, l->rb, SD_RB_CAP, 0);
 		}
 		if (r == 0) {
+			rx_lost(l, r);
 			*st = DOCA_ERROR_CONNECTION_RESET;
 			return -1;
 		}
@@ -219,6 +234,7 @@ static int rx_read_turn(struct sd_link *l, doca_error_t *st)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return 0;
+			rx_lost(l, r);
 			*st = DOCA_ERROR_CONNECTION_RESET;
 			return -1;
 		}
