@@ -89,8 +89,7 @@ def test_polling_application_does_not_wake_the_engine_per_operation(env: Dict[st
     # 16-30 ms were seen, so the bound is 4 a millisecond
     assert got["engine_switches"] <= 4 * got["elapsed_ms"] + 20, got
     assert got["engine_switches"] < ops * 3 // 4, got
-    # and when it looks, it leaves the provider to the polling thread (a progress there only contended with
-    # that thread for it): before, it progressed it at its looks (12 and 13 in runs of 34 and 42 ms); now 0
-    # on a quiet machine, and 4-47 in 76-472 ms beside two CPU hogs (the polling thread preempted for over
-    # a millisecond: the engine takes the provider back, as it must)
-    assert got["engine_progressed"] <= got["elapsed_ms"] / 5 + 2, got
+    # and it progresses the provider only at those looks, never per operation (counted in softdoca; a
+    # look that left the provider to the polling thread was tried and dropped: it cost UCX shared memory
+    # ~2 us a write, docs/performance.md)
+    assert got["engine_progressed"] <= 2 * got["elapsed_ms"] + 20, got

@@ -472,20 +472,9 @@ static void *loop_main(void *arg)
 		busy = 0;
 		app_until = 0;
 		if (hook) { /* a provider (SOFTDOCA_PROVIDER): progress it, arm its fd before sleeping */
-			int ms = -1, pn = 0;
-			/* an application thread polls it and this turn brought nothing of the
-			 * provider's (its fd is out of the set): the application progresses it;
-			 * a progress and an arm here only contend with that thread for the
-			 * provider (and its fd's state stays the application's); not a polled
-			 * provider, whose peers count on this thread's spin (ofi_awake.c) */
-			int left = atomic_load(&loop.unwatched) && app_polls_now(now) &&
-				   !(hook->polled && hook->polled());
+			int ms = -1, pn = hook->progress();
 
-			if (!left) {
-				pn = hook->progress();
-				atomic_fetch_add_explicit(&loop.prov_progress_n, 1, memory_order_relaxed);
-			}
-
+			atomic_fetch_add_explicit(&loop.prov_progress_n, 1, memory_order_relaxed);
 			if (unarmed) { /* not armed since: its fd's readiness is stale, progress counts the input */
 				n -= nhook;
 				nhook = 0;
@@ -499,9 +488,7 @@ static void *loop_main(void *arg)
 			 * a socket drain here, a datagram from the next sender) */
 			unarmed = hook->spin_unarmed && hook->spin_unarmed() &&
 				  ((n > 0 && spin) || (spin_until && now < spin_until));
-			if (left) {
-				unarmed = 1; /* armed again on the turn that takes the fd back */
-			} else if (!unarmed) {
+			if (!unarmed) {
 				if (hook->arm(&ms))
 					busy = 1;
 				else if (ms >= 0)
