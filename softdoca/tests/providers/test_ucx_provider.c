@@ -70,6 +70,8 @@ struct st {
 	uint8_t *mem;             /* registered memory (write_imm visibility check) */
 	int reject_next;
 	int spin;                 /* --bench: progress without sleeping, as ucx_perftest does */
+	int sink;                 /* test_stall: count messages, keep none */
+	long nsink;
 };
 static struct st S;
 
@@ -99,6 +101,10 @@ static enum sd_prov_rx_answer cb_rx(void *arg, struct sd_prov_conn *c, void *cct
 {
 	struct rxrec *r;
 	(void)arg; (void)c; (void)cctx;
+	if (S.sink) {
+		S.nsink++;
+		return SD_PROV_RX_TAKEN;
+	}
 	if (S.hold)
 		return SD_PROV_RX_HOLD;
 	if (S.nrx >= MAXRX)
@@ -956,6 +962,162 @@ static void test_peer_killed(int sock, pid_t pid)
 	free(src);
 }
 
+
+/* ---------------------------------------------------------------- killed senders (worker swap) */
+/*
+ * Over UCX's shared memory a sender killed while it writes into this process's
+ * receive queue stalls that queue for good (docs/providers.md): the provider
+ * then gives new connections a fresh worker. Here same-host senders flood this
+ * process with messages and are SIGKILLed at random moments; after each kill a
+ * fresh checker connects and sends one message. A checker that gets nothing
+ * through is a stall; the next checker must get through (before the swap,
+ * every later one failed). Children are new processes (exec), not forks of a
+ * process with a UCX context.
+ */
+static int stall_child(const char *role, int sock)
+{
+	enum { NQ = 32 };
+	static uint8_t buf[4000];
+	struct op ops[NQ];
+	struct sd_prov_conn *c;
+
+	who = role;
+	alarm(60);
+	open_prov(2000);
+	c = oob_connect(sock, 0);
+	memset(ops, 0, sizeof(ops));
+	memset(buf, 0x5a, sizeof(buf));
+	if (!strcmp(role, "flooder")) {
+		int busy[NQ] = { 0 };
+
+		for (;;) { /* until killed */
+			for (int k = 0; k < NQ; k++) {
+				struct sd_prov_iov iv = { buf, sizeof(buf), NULL };
+
+				if (busy[k] && !ops[k].done)
+					continue;
+				ops[k].done = 0;
+				busy[k] = P->send(c, &iv, 1, NULL, &ops[k]) == DOCA_SUCCESS;
+			}
+			P->progress(S.p);
+		}
+	}
+	{ /* checker: one message, then wait for the parent */
+		struct sd_prov_iov iv = { buf, 64, NULL };
+		char q;
+
+		if (P->send(c, &iv, 1, NULL, &ops[0]) == DOCA_SUCCESS)
+			wait_for(c_op, &ops[0], -1, 5000);
+		wait_for(NULL, NULL, sock, 10000);
+		if (read(sock, &q, 1) < 0)
+			q = 0;
+	}
+	_exit(0);
+}
+
+static pid_t stall_spawn(const char *role, int *sock)
+{
+	int sv[2];
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+		exit(1);
+	pid = fork();
+	if (pid == 0) {
+		char fd[16];
+
+		close(sv[0]);
+		snprintf(fd, sizeof(fd), "%d", sv[1]);
+		execl("/proc/self/exe", "test_ucx_provider", "--stall-child", role, fd, (char *)NULL);
+		_exit(127);
+	}
+	close(sv[1]);
+	*sock = sv[0];
+	return pid;
+}
+
+/* Connect to a child; 1: established, 0: failed or no answer within the provider's deadline. */
+static int stall_connect(int sock, struct sd_prov_conn **out)
+{
+	struct sd_prov_conn *c;
+	void *blob;
+	size_t len;
+	uint8_t peer[4096];
+	size_t plen;
+	struct sd_prov_why why = {{0}};
+	int est0 = S.established, fail0 = S.failed;
+
+	EXPECT_OK(P->conn_create(S.p, NULL, &c), "conn_create");
+	EXPECT_OK(P->conn_export(c, &blob, &len), "conn_export");
+	msend(sock, blob, len);
+	free(blob);
+	plen = mrecv(sock, peer, sizeof(peer));
+	*out = c;
+	if (P->conn_connect(c, peer, plen, &why) != DOCA_SUCCESS)
+		return 0;
+	for (uint64_t end = now_ms() + 8000; now_ms() < end && S.established == est0 && S.failed == fail0;)
+		wait_for(NULL, NULL, -1, 10);
+	return S.established > est0;
+}
+
+static int stall_check(void)
+{
+	int sock, ok;
+	pid_t pid = stall_spawn("checker", &sock);
+	struct sd_prov_conn *c;
+	long n0 = S.nsink;
+
+	ok = stall_connect(sock, &c);
+	for (uint64_t end = now_ms() + 3000; ok && S.nsink == n0 && now_ms() < end;)
+		wait_for(NULL, NULL, -1, 10);
+	ok = ok && S.nsink > n0;
+	P->conn_close(c);
+	if (write(sock, "q", 1) != 1) /* the checker may be gone already */
+		(void)0;
+	waitpid(pid, NULL, 0);
+	close(sock);
+	P->progress(S.p);
+	return ok;
+}
+
+static void test_stall(void)
+{
+	int kills = 0, stalls = 0, recovered = 0, fails0 = fails;
+	uint64_t end = now_ms() + 75000;
+
+	S.sink = 1;
+	srand((unsigned)getpid());
+	for (int r = 0; r < 100 && now_ms() < end && stalls < 2; r++) {
+		int sock;
+		pid_t pid = stall_spawn("flooder", &sock);
+		struct sd_prov_conn *c;
+		long n0 = S.nsink;
+		uint64_t t;
+
+		if (stall_connect(sock, &c)) {
+			for (uint64_t e2 = now_ms() + 3000; S.nsink < n0 + 200 && now_ms() < e2;)
+				P->progress(S.p);
+			t = now_us() + (double)(rand() % 2000);
+			while (now_us() < t)
+				P->progress(S.p);
+		}
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		kills++;
+		P->conn_close(c);
+		P->progress(S.p);
+		close(sock);
+		if (stall_check())
+			continue;
+		stalls++;
+		printf("  killed senders: round %d: the checker got nothing through (a stalled queue)\n", r);
+		CHECK(stall_check(), "after a stall, a new connection gets through (round %d)", r);
+		recovered += fails == fails0;
+	}
+	S.sink = 0;
+	printf("  killed senders: %d killed, %d stalls, %d recovered\n", kills, stalls, recovered);
+}
+
 /* ---------------------------------------------------------------- bench */
 static int cmp_d(const void *a, const void *b)
 {
@@ -1050,6 +1212,8 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	P = sd_provider_find("ucx");
+	if (argc == 4 && !strcmp(argv[1], "--stall-child"))
+		return stall_child(argv[2], atoi(argv[3]));
 	if (!P || P->probe(&why)) {
 		printf("SKIP: provider ucx unavailable: %s\n", P ? why.msg : "not built");
 		return 77;
@@ -1137,6 +1301,10 @@ int main(int argc, char **argv)
 		test_setup_order(os[0], opid);
 		printf("  peer killed\n");
 		test_peer_killed(vs[0], vpid);
+		if (getenv("UCX_TLS") && (strstr(getenv("UCX_TLS"), "posix") || strstr(getenv("UCX_TLS"), "sysv"))) {
+			printf("  killed senders\n");
+			test_stall();
+		}
 	}
 	EXPECT_OK(P->close(S.p), "close");
 	printf("%s: %s\n", argv[0], fails ? "FAILED" : "ok");

@@ -56,6 +56,7 @@ static struct uconn *conn_alloc(struct sd_prov *p, void *ctx)
 	p->slots[idx - 1] = c;
 	c->id = ((uint64_t)p->gens[idx - 1] << 32) | idx;
 	c->p = p;
+	c->w = p->w;
 	c->ctx = ctx;
 	c->rx_expect = 1;
 	c->next = p->conns;
@@ -136,7 +137,7 @@ static void rxq_free(struct uconn *c)
 
 		c->rxq = x->next;
 		if (x->ucx_owned)
-			UX.am_data_release(c->p->worker, x->data);
+			UX.am_data_release(c->w->h, x->data);
 		else
 			free(x->data);
 		free(x);
@@ -382,19 +383,25 @@ int ux_conn_pump(struct uconn *c, uint64_t now)
 	}
 	/* deadlines */
 	if ((c->state == CS_CONNECTING || c->state == CS_CM_WAIT_REQ || c->state == CS_CM_REQUESTED ||
-	     c->state == CS_CM_ACCEPTED || (c->state == CS_NEW && c->deadline_ns)) && c->deadline_ns && now > c->deadline_ns)
+	     c->state == CS_CM_ACCEPTED || (c->state == CS_NEW && c->deadline_ns)) && c->deadline_ns && now > c->deadline_ns) {
+		/* our half left, the peer's did not come: over UCX's shared memory, a peer killed while
+		 * writing into this worker's receive queue stalls it ("Worker swap", ucx_provider.c) */
+		int stall = c->same_host && !c->hello_seen && c->connected_local;
+
+		if (stall)
+			ux_worker_suspect(c->w);
 		ux_conn_fail(c, 1, DOCA_ERROR_TIME_OUT, SD_PROV_FAIL_TIMEOUT,
 			     "no answer from the peer within %llu ms (address pointing nowhere, or the peer is gone%s)",
 			     (unsigned long long)(p->timeout_ns / 1000000),
-			     /* our half left, the peer's did not come: over UCX's shared memory, a peer killed
-			      * while writing into this process's receive queue stalls it (docs/providers.md) */
-			     c->same_host && !c->hello_seen && c->connected_local
-				     ? "; or a peer killed mid-send stalled UCX shared memory here: docs/providers.md" : "");
-	else if (c->outstanding && c->state != CS_FAILED && now > c->outstanding->start_ns + p->timeout_ns) {
+			     stall ? "; or a peer killed mid-send stalled UCX shared memory here: new connections get a "
+				     "fresh UCX worker, docs/providers.md" : "");
+	} else if (c->outstanding && c->state != CS_FAILED && now > c->outstanding->start_ns + p->timeout_ns) {
 		char why[96];
 
 		snprintf(why, sizeof(why), "an operation got no completion within %llu ms: the peer is taken as gone",
 			 (unsigned long long)(p->timeout_ns / 1000000));
+		if (c->same_host) /* or its answers wait in a stalled receive queue */
+			ux_worker_suspect(c->w);
 		if (c->link) /* the endpoint is the link's: its other connections are as stuck */
 			ux_link_fail(c->link, UCS_OK, why);
 		else
@@ -548,13 +555,13 @@ doca_error_t ux_conn_export(struct sd_prov_conn *pc, void **blob, size_t *len)
 
 	if (!c || !blob || !len || c->is_cm)
 		return DOCA_ERROR_INVALID_VALUE;
-	s = UX.worker_get_address(c->p->worker, &a, &alen);
+	s = UX.worker_get_address(c->w->h, &a, &alen);
 	if (s != UCS_OK)
 		return map_status(s);
 	total = (uint32_t)(SD_PROV_BLOB_HDR_LEN + ADDR_BODY_FIXED + alen);
 	b = malloc(total);
 	if (!b) {
-		UX.worker_release_address(c->p->worker, a);
+		UX.worker_release_address(c->w->h, a);
 		return DOCA_ERROR_NO_MEMORY;
 	}
 	sd_prov_blob_begin(b, PROV_NAME, SD_PROV_BLOB_ADDR, total);
@@ -564,7 +571,7 @@ doca_error_t ux_conn_export(struct sd_prov_conn *pc, void **blob, size_t *len)
 	put32(b + 52, c->p->host); /* 0: unknown (never the same host) */
 	memcpy(b + 56, a, alen);
 	sd_prov_blob_seal(b, total);
-	UX.worker_release_address(c->p->worker, a);
+	UX.worker_release_address(c->w->h, a);
 	*blob = b;
 	*len = total;
 	return DOCA_SUCCESS;
@@ -597,8 +604,9 @@ doca_error_t ux_conn_connect(struct sd_prov_conn *pc, const void *blob, size_t l
 	c->peer_uid = get64(b);
 	c->peer_id = get64(b + 8);
 	c->same_host = c->p->host && get32(b + 20) == c->p->host && shm_enabled();
+	c->peer_ahash = ux_addr_hash(b + ADDR_BODY_FIXED, alen);
 	if (c->peer_uid != c->p->uid) { /* another instance: the link to it (see "Links") */
-		struct ulink *l = ux_link_find(c->p, c->peer_uid);
+		struct ulink *l = ux_link_find(c->w, c->peer_uid, c->peer_ahash);
 
 		if (l && l->state == LK_UNLINKING) { /* wait for the peer's answer (ux_link_pump) */
 			c->paddr = malloc(alen);
@@ -607,10 +615,11 @@ doca_error_t ux_conn_connect(struct sd_prov_conn *pc, const void *blob, size_t l
 				return DOCA_ERROR_NO_MEMORY;
 			}
 			memcpy(c->paddr, b + ADDR_BODY_FIXED, alen);
+			c->paddr_len = alen;
 			c->p->link_waiters++;
 		} else {
 			if (!l)
-				l = ux_link_open(c->p, c->peer_uid, c->same_host, b + ADDR_BODY_FIXED, why);
+				l = ux_link_open(c->w, c->peer_uid, c->same_host, b + ADDR_BODY_FIXED, alen, why);
 			if (!l) {
 				c->peer_uid = c->peer_id = 0;
 				return DOCA_ERROR_CONNECTION_ABORTED;
@@ -621,7 +630,7 @@ doca_error_t ux_conn_connect(struct sd_prov_conn *pc, const void *blob, size_t l
 		ep = ep_params(c); /* loopback: UCP connects the endpoint to itself */
 		ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
 		ep.address = (const ucp_address_t *)(b + ADDR_BODY_FIXED);
-		s = UX.ep_create(c->p->worker, &ep, &c->ep);
+		s = UX.ep_create(c->w->h, &ep, &c->ep);
 		if (s != UCS_OK) {
 			c->ep = NULL;
 			WHY(why, "ucx: cannot reach the peer's worker address: %s", ustr(s));
@@ -655,10 +664,11 @@ static void conn_handler(ucp_conn_request_h req, void *arg)
 		c->peer_ss = ra.client_address;
 	c->is_cm = 1;
 	c->listener = l;
+	c->w = l->w; /* the request came to the listener's worker */
 	ep = ep_params(c);
 	ep.field_mask |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
 	ep.conn_request = req;
-	if (UX.ep_create(p->worker, &ep, &c->ep) != UCS_OK) {
+	if (UX.ep_create(c->w->h, &ep, &c->ep) != UCS_OK) {
 		c->ep = NULL;
 		c->closed_by_user = 1; /* never reported: freed at the next progress */
 		c->state = CS_FAILED;
@@ -682,6 +692,7 @@ doca_error_t ux_listen(struct sd_prov *p, struct sockaddr_storage *addr, socklen
 	if (!l)
 		return DOCA_ERROR_NO_MEMORY;
 	l->p = p;
+	l->w = p->w;
 	l->ctx = ctx;
 	memset(&lp, 0, sizeof(lp));
 	lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -689,12 +700,13 @@ doca_error_t ux_listen(struct sd_prov *p, struct sockaddr_storage *addr, socklen
 	lp.sockaddr.addrlen = *alen;
 	lp.conn_handler.cb = conn_handler;
 	lp.conn_handler.arg = l;
-	s = UX.listener_create(p->worker, &lp, &l->l);
+	s = UX.listener_create(l->w->h, &lp, &l->l);
 	if (s != UCS_OK) {
 		WHY(why, "ucx: cannot listen: %s", ustr(s));
 		free(l);
 		return s == UCS_ERR_BUSY ? DOCA_ERROR_IN_USE : map_status(s);
 	}
+	l->w->listeners++;
 	memset(&la, 0, sizeof(la));
 	la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
 	if (UX.listener_query(l->l, &la) == UCS_OK) {
@@ -710,6 +722,7 @@ void ux_listener_close(struct sd_prov_listener *l)
 	if (!l)
 		return;
 	UX.listener_destroy(l->l);
+	l->w->listeners--;
 	for (struct uconn *c = l->p->conns; c; c = c->next)
 		if (c->listener == l)
 			c->listener = NULL;
@@ -778,7 +791,7 @@ doca_error_t ux_connect_addr(struct sd_prov *p, const struct sockaddr *addr, soc
 	ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
 	ep.sockaddr.addr = addr;
 	ep.sockaddr.addrlen = alen;
-	s = UX.ep_create(p->worker, &ep, &c->ep);
+	s = UX.ep_create(c->w->h, &ep, &c->ep);
 	if (s != UCS_OK) {
 		c->ep = NULL;
 		WHY(why, "ucx: cannot connect: %s", ustr(s));

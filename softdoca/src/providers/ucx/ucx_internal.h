@@ -95,12 +95,26 @@ enum am_type { AM_HELLO = 1, AM_CM_REQ, AM_CM_ACCEPT, AM_CM_REJECT, AM_CM_RTU, A
 	       AM_UNLINK, AM_UNLINK_OK, AM_UNLINK_BUSY };
 #define AMF_IMM 1u
 
+/* A UCP worker of the instance. New connections, links and listeners use the current one
+ * (sd_prov.w); one retired by a swap (see "Worker swap" in ucx_provider.c) serves what it
+ * already carries and is destroyed once nothing uses it. */
+struct uworker {
+	struct uworker *next;
+	struct sd_prov *p;
+	ucp_worker_h h;
+	uint32_t ahash;            /* hash of its address: peers tell its links from an earlier worker's */
+	uint64_t born_ns;
+	int listeners;             /* its ucp_listeners */
+	int retired;
+};
+
 struct uconn;
 struct uop {
 	struct uop *next, *prev;   /* conn's outstanding list, then the done list */
 	struct uop *gnext;         /* gate queue / await list */
 	struct sd_prov *p;
 	struct uconn *c;
+	struct uworker *w;         /* the worker its requests are on */
 	void *op_ctx;
 	enum op_type type;
 	int pending;               /* sub-requests in flight (+1 while issuing) */
@@ -144,7 +158,9 @@ enum lstate { LK_OPEN = 0, LK_UNLINKING, LK_CLOSING };
 struct ulink {
 	struct ulink *next;
 	struct sd_prov *p;
+	struct uworker *w;            /* ours, the ep's */
 	uint64_t uid;                 /* the peer instance */
+	uint32_t ahash;               /* the peer worker's address (ux_addr_hash) */
 	uint64_t nonce;               /* names this link in UNLINK / OK / BUSY */
 	ucp_ep_h ep;
 	void *close_req;
@@ -164,6 +180,7 @@ struct rkcache {
 struct uconn {
 	struct uconn *next, *prev;    /* instance's list */
 	struct sd_prov *p;
+	struct uworker *w;            /* the worker it was created on: its blob's address, its ep */
 	void *ctx;
 	uint64_t id, peer_id, peer_uid;
 	enum cstate state;
@@ -172,6 +189,8 @@ struct uconn {
 	ucp_ep_h ep;                  /* its own (CM, loopback) or its link's */
 	struct ulink *link;           /* set up from worker addresses: the shared endpoint it uses */
 	uint8_t *paddr;               /* waiting for its link (UNLINKING): the peer's worker address */
+	size_t paddr_len;
+	uint32_t peer_ahash;          /* the peer worker's address hash (its link's key) */
 	void *close_req;              /* ucp_ep_close_nbx in flight */
 	uint64_t close_seq;           /* closing: force-close once this flush (after BYE / REJECT) is done */
 	uint64_t deadline_ns;         /* set-up deadline */
@@ -219,6 +238,7 @@ struct sd_prov_rkey {
 
 struct sd_prov_listener {
 	struct sd_prov *p;
+	struct uworker *w;
 	ucp_listener_h l;
 	void *ctx;
 };
@@ -241,8 +261,10 @@ struct sd_prov {
 	uint64_t uid;
 	uint32_t host;             /* ux_host_id(): same value = shared memory reaches the peer */
 	ucp_context_h ctx;
-	ucp_worker_h worker;
-	int efd;
+	struct uworker *w;         /* the current worker */
+	struct uworker *workers;   /* every worker, the current one first */
+	int efd;                   /* an epoll fd every worker reports its events into (get_fd) */
+	unsigned swaps;            /* workers swapped so far */
 	struct uconn *conns;
 	struct ulink *links;
 	int link_waiters;          /* connections waiting for a link that is being unlinked */
@@ -294,6 +316,8 @@ static inline uint32_t get32(const uint8_t *b) { uint32_t v = 0; for (int i = 3;
 
 /* ucx_provider.c */
 int ux_progress(struct sd_prov *p);
+uint32_t ux_addr_hash(const void *addr, size_t len);
+void ux_worker_suspect(struct uworker *w);
 
 /* ucx_conn.c */
 struct uconn *ux_conn_lookup(struct sd_prov *p, uint64_t id);
@@ -323,15 +347,15 @@ void ux_conn_transport(struct sd_prov_conn *pc, char *out, size_t n);
 void ux_conn_close(struct sd_prov_conn *pc);
 
 /* ucx_link.c */
-struct ulink *ux_link_find(struct sd_prov *p, uint64_t uid);
+struct ulink *ux_link_find(struct uworker *w, uint64_t uid, uint32_t ahash);
 void ux_link_close(struct ulink *l, int force);
 void ux_link_close_ep(struct ulink *l);
 void ux_link_put(struct uconn *c);
-struct ulink *ux_link_open(struct sd_prov *p, uint64_t uid, int same_host, const void *addr,
+struct ulink *ux_link_open(struct uworker *w, uint64_t uid, int same_host, const void *addr, size_t alen,
 			   struct sd_prov_why *why);
 void ux_link_attach(struct uconn *c, struct ulink *l);
 void ux_link_fail(struct ulink *l, ucs_status_t s, const char *why);
-void ux_link_on_msg(struct sd_prov *p, const struct am_hdr *h, const ucp_am_recv_param_t *param);
+void ux_link_on_msg(struct uworker *w, const struct am_hdr *h, const ucp_am_recv_param_t *param);
 void ux_link_pump(struct sd_prov *p, uint64_t now);
 
 /* ucx_rx.c */

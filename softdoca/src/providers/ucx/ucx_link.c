@@ -27,10 +27,21 @@
  * both sides start again in step. Loopback (the same instance) and CM
  * connections keep endpoints of their own: UCP pairs neither by order. */
 
-struct ulink *ux_link_find(struct sd_prov *p, uint64_t uid)
+/* The open link of worker w to the peer instance uid's worker of address hash ahash. */
+struct ulink *ux_link_find(struct uworker *w, uint64_t uid, uint32_t ahash)
 {
-	for (struct ulink *l = p->links; l; l = l->next)
-		if (l->uid == uid && l->state != LK_CLOSING)
+	for (struct ulink *l = w->p->links; l; l = l->next)
+		if (l->w == w && l->uid == uid && l->ahash == ahash && l->state != LK_CLOSING)
+			return l;
+	return NULL;
+}
+
+/* The link a link message names: UNLINK by the endpoint it came on, answers by our nonce. */
+static struct ulink *link_of_msg(struct uworker *w, const struct am_hdr *h, ucp_ep_h reply)
+{
+	for (struct ulink *l = w->p->links; l; l = l->next)
+		if (l->w == w && l->uid == h->uid && l->state != LK_CLOSING &&
+		    (h->type == AM_UNLINK ? l->ep == reply : l->nonce == h->seq))
 			return l;
 	return NULL;
 }
@@ -146,9 +157,10 @@ void ux_link_put(struct uconn *c)
 
 static void link_err_cb(void *arg, ucp_ep_h ep, ucs_status_t s);
 
-struct ulink *ux_link_open(struct sd_prov *p, uint64_t uid, int same_host, const void *addr,
+struct ulink *ux_link_open(struct uworker *w, uint64_t uid, int same_host, const void *addr, size_t alen,
 			   struct sd_prov_why *why)
 {
+	struct sd_prov *p = w->p;
 	struct ulink *l = calloc(1, sizeof(*l));
 	ucp_ep_params_t ep;
 	ucs_status_t s;
@@ -159,13 +171,15 @@ struct ulink *ux_link_open(struct sd_prov *p, uint64_t uid, int same_host, const
 		return NULL;
 	}
 	l->p = p;
+	l->w = w;
 	l->uid = uid;
+	l->ahash = ux_addr_hash(addr, alen);
 	l->same_host = same_host;
 	l->nonce = p->uid ^ (++seq * 0x9e3779b97f4a7c15ull) ^ now_ns();
 	ep = ux_ep_params_for(same_host, link_err_cb, l);
 	ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
 	ep.address = (const ucp_address_t *)addr;
-	s = UX.ep_create(p->worker, &ep, &l->ep);
+	s = UX.ep_create(w->h, &ep, &l->ep);
 	if (s != UCS_OK) {
 		WHY(why, "ucx: cannot reach the peer's worker address: %s", ustr(s));
 		free(l);
@@ -220,12 +234,13 @@ static void link_err_cb(void *arg, ucp_ep_h ep, ucs_status_t s)
 }
 
 /* UNLINK / OK / BUSY arrived (in the AM callback). */
-void ux_link_on_msg(struct sd_prov *p, const struct am_hdr *h, const ucp_am_recv_param_t *param)
+void ux_link_on_msg(struct uworker *w, const struct am_hdr *h, const ucp_am_recv_param_t *param)
 {
-	struct ulink *l = ux_link_find(p, h->uid);
+	struct sd_prov *p = w->p;
+	ucp_ep_h reply = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
+	struct ulink *l = link_of_msg(w, h, reply);
 
 	if (h->type == AM_UNLINK) {
-		ucp_ep_h reply = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : NULL;
 		int busy;
 
 		if (!reply)
@@ -276,11 +291,11 @@ void ux_link_pump(struct sd_prov *p, uint64_t now)
 
 		if (!c->paddr)
 			continue;
-		l = ux_link_find(p, c->peer_uid);
+		l = ux_link_find(c->w, c->peer_uid, c->peer_ahash);
 		if (l && l->state == LK_UNLINKING)
 			continue;
 		if (!l)
-			l = ux_link_open(p, c->peer_uid, c->same_host, c->paddr, &why);
+			l = ux_link_open(c->w, c->peer_uid, c->same_host, c->paddr, c->paddr_len, &why);
 		free(c->paddr);
 		c->paddr = NULL;
 		p->link_waiters--;

@@ -17,6 +17,7 @@ struct uop *ux_op_new(struct sd_prov *p, struct uconn *c, enum op_type t, void *
 	memset(o, 0, offsetof(struct uop, priv));
 	o->p = p;
 	o->c = c;
+	o->w = c->w;
 	o->type = t;
 	o->op_ctx = op_ctx;
 	o->start_ns = now_ns();

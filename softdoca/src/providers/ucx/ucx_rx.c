@@ -61,7 +61,8 @@ static int deliver_now(struct uconn *c, const struct am_hdr *h, const void *data
 ucs_status_t ux_am_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,
 		      const ucp_am_recv_param_t *param)
 {
-	struct sd_prov *p = arg;
+	struct uworker *w = arg;
+	struct sd_prov *p = w->p;
 	struct am_hdr h;
 	struct uconn *c = NULL;
 	int rndv = !!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
@@ -74,7 +75,7 @@ ucs_status_t ux_am_cb(void *arg, const void *header, size_t hlen, void *data, si
 	if (h.magic != AM_MAGIC)
 		return UCS_OK;
 	if (h.type >= AM_UNLINK && h.type <= AM_UNLINK_BUSY) {
-		ux_link_on_msg(p, &h, param);
+		ux_link_on_msg(w, &h, param);
 		return UCS_OK;
 	}
 	if (h.type == AM_CM_REQ) {
@@ -98,8 +99,8 @@ ucs_status_t ux_am_cb(void *arg, const void *header, size_t hlen, void *data, si
 		return UCS_OK;
 	}
 	c = ux_conn_lookup(p, h.dst);
-	if (!c || c->state == CS_FAILED || c->state == CS_CLOSING)
-		return UCS_OK;
+	if (!c || c->w != w || c->state == CS_FAILED || c->state == CS_CLOSING)
+		return UCS_OK; /* another worker's: not for this connection */
 	switch (h.type) {
 	case AM_HELLO:
 		if (c->is_cm || rndv)
@@ -216,7 +217,7 @@ int ux_rx_pump(struct uconn *c)
 				room += dst[i].len;
 			if (room < x->len) {
 				if (x->ucx_owned)
-					UX.am_data_release(p->worker, x->data);
+					UX.am_data_release(c->w->h, x->data);
 				else
 					free(x->data);
 				free(x);
@@ -232,7 +233,7 @@ int ux_rx_pump(struct uconn *c)
 					off += k;
 				}
 				if (x->ucx_owned)
-					UX.am_data_release(p->worker, x->data);
+					UX.am_data_release(c->w->h, x->data);
 				else
 					free(x->data);
 				free(x);
@@ -248,7 +249,7 @@ int ux_rx_pump(struct uconn *c)
 				int k = 0;
 
 				if (!pl) {
-					UX.am_data_release(p->worker, x->data);
+					UX.am_data_release(c->w->h, x->data);
 					free(x);
 					p->cbs.rx_done(p->cbs.arg, rx_ctx, DOCA_ERROR_NO_MEMORY, 0);
 					continue;
@@ -272,11 +273,11 @@ int ux_rx_pump(struct uconn *c)
 				rp.user_data = pl;
 				if (k == 1) { /* one buffer: contiguous (the common case) */
 					rp.datatype = ucp_dt_make_contig(1);
-					r = UX.am_recv_data_nbx(p->worker, x->data, pl->iov[0].buffer, pl->iov[0].length,
+					r = UX.am_recv_data_nbx(c->w->h, x->data, pl->iov[0].buffer, pl->iov[0].length,
 								&rp);
 				} else {
 					rp.datatype = ucp_dt_make_iov();
-					r = UX.am_recv_data_nbx(p->worker, x->data, pl->iov, (size_t)k, &rp);
+					r = UX.am_recv_data_nbx(c->w->h, x->data, pl->iov, (size_t)k, &rp);
 				}
 				free(x);
 				if (r == NULL || UCS_PTR_IS_ERR(r)) {
@@ -293,7 +294,7 @@ int ux_rx_pump(struct uconn *c)
 		}
 		/* TAKEN */
 		if (x->ucx_owned)
-			UX.am_data_release(p->worker, x->data);
+			UX.am_data_release(c->w->h, x->data);
 		else
 			free(x->data);
 		free(x);
