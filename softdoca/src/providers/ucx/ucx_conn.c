@@ -845,6 +845,8 @@ void ux_conn_close(struct sd_prov_conn *pc)
 	if (!c || c->closed_by_user)
 		return;
 	c->closed_by_user = 1;
+	if (c->same_host && c->hello_seen && !c->bye_seen)
+		ux_probe_start(c->w); /* its process may have died mid-send ("Worker swap", ucx_worker.c) */
 	if (c->state == CS_ESTABLISHED)
 		ux_send_ctrl(c, AM_BYE, NULL, 0);
 	if (c->state != CS_FAILED) {

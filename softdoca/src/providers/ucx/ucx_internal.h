@@ -92,7 +92,7 @@ struct am_hdr {
 	uint64_t seq;    /* SEND / WIMM: per-connection sequence */
 };
 enum am_type { AM_HELLO = 1, AM_CM_REQ, AM_CM_ACCEPT, AM_CM_REJECT, AM_CM_RTU, AM_SEND, AM_WIMM, AM_BYE,
-	       AM_UNLINK, AM_UNLINK_OK, AM_UNLINK_BUSY };
+	       AM_UNLINK, AM_UNLINK_OK, AM_UNLINK_BUSY, AM_PROBE };
 #define AMF_IMM 1u
 
 /* A UCP worker of the instance. New connections, links and listeners use the current one
@@ -185,6 +185,7 @@ struct uconn {
 	uint64_t id, peer_id, peer_uid;
 	enum cstate state;
 	int is_cm, cm_client, connected_local, hello_seen, closed_by_user, event_failed_sent;
+	int bye_seen;                 /* the peer said it closes (else, same host: probe our queue at close) */
 	int same_host;                /* ep without UCX peer-failure handling, so UCX may use shared memory */
 	ucp_ep_h ep;                  /* its own (CM, loopback) or its link's */
 	struct ulink *link;           /* set up from worker addresses: the shared endpoint it uses */
@@ -255,6 +256,17 @@ struct uplace {
 	ucs_status_t st;
 };
 
+/* The probe of the current worker's shared-memory receive queue (ucx_worker.c). */
+struct uprobe {
+	ucp_worker_h h;            /* a small worker of its own, created at the first probe */
+	ucp_ep_h ep;               /* to `to` */
+	struct uworker *to;
+	struct am_hdr hdr;
+	uint64_t nonce;
+	uint64_t due_ns;           /* a probe under way: it must arrive by then */
+	int sends;                 /* sends UCX still holds */
+};
+
 struct sd_prov {
 	struct sd_prov_cbs cbs;
 	uint64_t timeout_ns;
@@ -265,6 +277,8 @@ struct sd_prov {
 	struct uworker *workers;   /* every worker, the current one first */
 	int efd;                   /* an epoll fd every worker reports its events into (get_fd) */
 	unsigned swaps;            /* workers swapped so far */
+	unsigned probes;           /* receive-queue probes sent so far */
+	struct uprobe probe;
 	struct uconn *conns;
 	struct ulink *links;
 	int link_waiters;          /* connections waiting for a link that is being unlinked */
@@ -316,8 +330,16 @@ static inline uint32_t get32(const uint8_t *b) { uint32_t v = 0; for (int i = 3;
 
 /* ucx_provider.c */
 int ux_progress(struct sd_prov *p);
+
+/* ucx_worker.c */
 uint32_t ux_addr_hash(const void *addr, size_t len);
+struct uworker *ux_worker_new(struct sd_prov *p, struct sd_prov_why *why);
+void ux_worker_sweep(struct sd_prov *p);
 void ux_worker_suspect(struct uworker *w);
+void ux_probe_start(struct uworker *w);
+void ux_probe_on_msg(struct uworker *w, const struct am_hdr *h);
+void ux_probe_pump(struct sd_prov *p, uint64_t now);
+void ux_probe_close(struct sd_prov *p);
 
 /* ucx_conn.c */
 struct uconn *ux_conn_lookup(struct sd_prov *p, uint64_t id);

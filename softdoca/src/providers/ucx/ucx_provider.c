@@ -131,116 +131,6 @@ static doca_error_t u_probe(struct sd_prov_why *why)
 	return DOCA_SUCCESS;
 }
 
-/* ------------------------------------------------------------------ workers
- * Worker swap. UCX 1.13's shared-memory receive queue (posix, sysv) is a FIFO
- * of slots that senders claim, fill and then mark written, and the receiver
- * reads in order: a same-host sender killed between its claim and its mark
- * leaves a slot the worker waits on for good, and from then on nothing any
- * same-host peer sends this worker over shared memory arrives. Neither UCX nor
- * this process can repair it. What can be done: new connections go to a fresh
- * worker, which has a queue of its own. A worker is suspected when one of its
- * same-host connections heard nothing from its peer within timeout_ms (set-up
- * or an operation's completion); a peer merely stopped or gone costs a worker
- * too, which is harmless: the old one keeps serving the connections it has
- * and is destroyed once none is left. Workers report into one epoll fd (the
- * instance's fd), so the engine never learns of the swap. Peers tell the new
- * worker from the old by its address (its hash keys their links). */
-uint32_t ux_addr_hash(const void *addr, size_t len)
-{
-	return sd_prov_crc32(addr, len) | 1u; /* never 0: 0 is "none" */
-}
-
-static struct uworker *worker_new(struct sd_prov *p, struct sd_prov_why *why)
-{
-	struct uworker *w = calloc(1, sizeof(*w));
-	ucp_worker_params_t wp;
-	ucp_am_handler_param_t ap;
-	ucp_address_t *a = NULL;
-	size_t alen = 0;
-	ucs_status_t s;
-
-	if (!w) {
-		WHY(why, "provider ucx: out of memory");
-		return NULL;
-	}
-	w->p = p;
-	memset(&wp, 0, sizeof(wp));
-	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENT_FD;
-	wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-	wp.event_fd = p->efd;
-	s = UX.worker_create(p->ctx, &wp, &w->h);
-	if (s != UCS_OK) {
-		WHY(why, "provider ucx: ucp_worker_create: %s", ustr(s));
-		free(w);
-		return NULL;
-	}
-	memset(&ap, 0, sizeof(ap));
-	ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-			UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-	ap.id = SD_UCX_AM_ID;
-	ap.flags = UCP_AM_FLAG_WHOLE_MSG;
-	ap.cb = ux_am_cb;
-	ap.arg = w;
-	s = UX.worker_set_am_recv_handler(w->h, &ap);
-	if (s == UCS_OK)
-		s = UX.worker_get_address(w->h, &a, &alen);
-	if (s != UCS_OK) {
-		WHY(why, "provider ucx: worker set-up: %s", ustr(s));
-		UX.worker_destroy(w->h);
-		free(w);
-		return NULL;
-	}
-	w->ahash = ux_addr_hash(a, alen);
-	UX.worker_release_address(w->h, a);
-	w->born_ns = now_ns();
-	w->next = p->workers;
-	p->workers = w;
-	p->w = w;
-	return w;
-}
-
-static int op_on(const struct uop *list, const struct uworker *w)
-{
-	for (const struct uop *o = list; o; o = o->next)
-		if (o->w == w && o->pending > 0)
-			return 1;
-	return 0;
-}
-
-/* A retired worker that nothing uses any more is destroyed (outside any UCX callback). */
-static void worker_sweep(struct sd_prov *p)
-{
-	for (struct uworker **pp = &p->workers; *pp;) {
-		struct uworker *w = *pp;
-		int used = !w->retired || w->listeners || op_on(p->orphans, w) || op_on(p->done_head, w);
-
-		for (struct uconn *c = p->conns; c && !used; c = c->next)
-			used = c->w == w;
-		for (struct ulink *l = p->links; l && !used; l = l->next)
-			used = l->w == w;
-		if (used) {
-			pp = &w->next;
-			continue;
-		}
-		*pp = w->next;
-		UX.worker_destroy(w->h);
-		free(w);
-	}
-}
-
-void ux_worker_suspect(struct uworker *w)
-{
-	struct sd_prov *p = w->p;
-	struct uworker *old = p->w;
-
-	if (w != old || w->retired)
-		return; /* swapped already: new connections have a fresh worker */
-	if (!worker_new(p, NULL))
-		return; /* keep the old one: better a suspect worker than none */
-	old->retired = 1;
-	p->swaps++;
-}
-
 /* ------------------------------------------------------------------ progress */
 int ux_progress(struct sd_prov *p)
 {
@@ -310,8 +200,9 @@ int ux_progress(struct sd_prov *p)
 		if (ux_conn_freeable(c))
 			ux_conn_free(c);
 	}
+	ux_probe_pump(p, now);
 	if (p->workers->next)
-		worker_sweep(p);
+		ux_worker_sweep(p);
 	return n;
 }
 
@@ -342,6 +233,8 @@ static doca_error_t u_arm(struct sd_prov *p, int *max_sleep_ms)
 		if (l->state != LK_CLOSING && l->deadline_ns && l->deadline_ns < next)
 			next = l->deadline_ns;
 	}
+	if (p->probe.due_ns && p->probe.due_ns < next) /* its verdict: ux_probe_pump */
+		next = p->probe.due_ns;
 	for (struct uworker *w = p->workers; w; w = w->next) {
 		s = UX.worker_arm(w->h);
 		if (s == UCS_ERR_BUSY)
@@ -407,7 +300,7 @@ static doca_error_t u_open(const struct sd_prov_open_params *prm, struct sd_prov
 		free(p);
 		return DOCA_ERROR_INITIALIZATION;
 	}
-	if (!worker_new(p, why)) {
+	if (!ux_worker_new(p, why)) {
 		close(p->efd);
 		UX.cleanup(p->ctx);
 		free(p);
@@ -450,6 +343,7 @@ static doca_error_t u_close(struct sd_prov *p)
 	}
 	for (struct uconn *c = p->conns; c; c = c->next)
 		ux_rkc_clear(c);
+	ux_probe_close(p);
 	while (p->workers) { /* before freeing what UCX callbacks may touch */
 		struct uworker *w = p->workers;
 

@@ -74,6 +74,10 @@ ucs_status_t ux_am_cb(void *arg, const void *header, size_t hlen, void *data, si
 	memcpy(&h, header, sizeof(h));
 	if (h.magic != AM_MAGIC)
 		return UCS_OK;
+	if (h.type == AM_PROBE) {
+		ux_probe_on_msg(w, &h);
+		return UCS_OK;
+	}
 	if (h.type >= AM_UNLINK && h.type <= AM_UNLINK_BUSY) {
 		ux_link_on_msg(w, &h, param);
 		return UCS_OK;
@@ -130,6 +134,7 @@ ucs_status_t ux_am_cb(void *arg, const void *header, size_t hlen, void *data, si
 		}
 		return UCS_OK;
 	case AM_BYE:
+		c->bye_seen = 1;
 		c->cm_pending_event = AM_BYE;
 		ux_conn_kick(c);
 		return UCS_OK;
