@@ -161,6 +161,7 @@ void ux_conn_fail(struct uconn *c, int force, doca_error_t st, enum sd_prov_fail
 	 * in UCX) fails now; requests UCX gives back later only free memory */
 	c->gate_head = c->gate_tail = NULL;
 	c->await_head = NULL;
+	ux_amw_drop(c);
 	while (c->outstanding) {
 		struct uop *o = c->outstanding;
 
@@ -437,6 +438,7 @@ int ux_conn_pump(struct uconn *c, uint64_t now)
 		if (need && !c->flush_inflight)
 			ux_issue_flush(c);
 	}
+	ux_amw_pump(c);
 	ux_gate_pump(c);
 	n += ux_rx_pump(c);
 	return n;
@@ -459,6 +461,7 @@ void ux_conn_free(struct uconn *c)
 		ux_link_put(c); /* closed while it waited for its link */
 	ux_rkc_clear(c);
 	rxq_free(c);
+	ux_amw_drop(c);
 	free(c);
 }
 
@@ -847,6 +850,10 @@ void ux_conn_close(struct sd_prov_conn *pc)
 	c->closed_by_user = 1;
 	if (c->same_host && c->hello_seen && !c->bye_seen)
 		ux_probe_start(c->w); /* its process may have died mid-send ("Worker swap", ucx_worker.c) */
+	if (c->wb && c->state == CS_ESTABLISHED) { /* the batch being filled leaves before the BYE */
+		c->amw_acked = c->amw_sent;        /* whatever the window: nothing waits for it any more */
+		ux_amw_send(c);
+	}
 	if (c->state == CS_ESTABLISHED)
 		ux_send_ctrl(c, AM_BYE, NULL, 0);
 	if (c->state != CS_FAILED) {
@@ -866,6 +873,14 @@ void ux_conn_close(struct sd_prov_conn *pc)
 			c->await_head = o->gnext;
 			ux_op_to_done(o); /* its data left; the close flushes it */
 		}
+		while (c->amw_head) { /* small writes that left: reported as the puts above */
+			struct uop *o = c->amw_head;
+
+			c->amw_head = o->gnext;
+			o->gnext = NULL;
+			ux_op_to_done(o);
+		}
+		c->amw_tail = NULL;
 		rxq_free(c);
 		close_after_flush(c);
 	}

@@ -1,6 +1,6 @@
 /*
  * softdoca provider `ucx`: what its files share (ucx_provider.c: loading, instance, progress,
- * memory; ucx_conn.c: connections and their set-up; ucx_link.c: the endpoint shared by a pair of
+ * memory; ucx_worker.c: workers, the receive-queue probe, the swap; ucx_conn.c: connections and their set-up; ucx_link.c: the endpoint shared by a pair of
  * instances; ucx_rx.c: incoming active messages; ucx_ops.c: data operations and their ordering).
  * Nothing here is seen outside this folder.
  */
@@ -92,7 +92,7 @@ struct am_hdr {
 	uint64_t seq;    /* SEND / WIMM: per-connection sequence */
 };
 enum am_type { AM_HELLO = 1, AM_CM_REQ, AM_CM_ACCEPT, AM_CM_REJECT, AM_CM_RTU, AM_SEND, AM_WIMM, AM_BYE,
-	       AM_UNLINK, AM_UNLINK_OK, AM_UNLINK_BUSY, AM_PROBE };
+	       AM_UNLINK, AM_UNLINK_OK, AM_UNLINK_BUSY, AM_PROBE, AM_WRITEV, AM_WACK };
 #define AMF_IMM 1u
 
 /* A UCP worker of the instance. New connections, links and listeners use the current one
@@ -128,6 +128,8 @@ struct uop {
 	uint64_t wait_seq;         /* flush sequence this op waits for */
 	uint64_t start_ns;
 	uint64_t flush_seq;        /* OP_IFLUSH: its sequence */
+	uint64_t amw_seq;          /* a small write sent as an active message: its batch (ucx_amw.c) */
+	uint32_t amw_idx;          /* and its entry in it */
 	/* gated issue parameters */
 	struct am_hdr hdr;
 	ucp_dt_iov_t uiov[MAX_IOV];
@@ -219,11 +221,23 @@ struct uconn {
 	char why[200];
 	struct rkcache *rkc;
 	int nrkc, caprkc;
+	/* small writes as active messages (ucx_amw.c) */
+	int amw_ok;                   /* this connection sends its small writes so (not over verbs) */
+	struct amw_batch *wb;         /* the batch being filled, NULL: none */
+	uint64_t amw_sent, amw_acked; /* batches sent, and acknowledged by the target (cumulative) */
+	struct uop *amw_head, *amw_tail; /* writes waiting for their batch's acknowledgement (gnext) */
+	uint64_t amw_applied;         /* target: every batch up to this one is applied here */
+	uint64_t amw_ooo;             /* target: batches applied beyond it (bit k: amw_applied + k + 1) */
+	int amw_ack_due;              /* target: an acknowledgement to send */
+	uint64_t amw_fail_seq;        /* target: the first refused entry since the last acknowledgement */
+	uint32_t amw_fail_idx;
+	doca_error_t amw_fail_st;
 	char transport[64];
 	struct sockaddr_storage peer_ss; /* CM server: the client's address */
 };
 
 struct sd_prov_mr {
+	struct sd_prov_mr *next, *prev; /* the instance's registrations (ucx_amw.c checks against them) */
 	ucp_mem_h memh;
 	void *addr;
 	size_t len;
@@ -278,6 +292,9 @@ struct sd_prov {
 	int efd;                   /* an epoll fd every worker reports its events into (get_fd) */
 	unsigned swaps;            /* workers swapped so far */
 	unsigned probes;           /* receive-queue probes sent so far */
+	struct sd_prov_mr *mrs;
+	int amw_env;               /* SOFTDOCA_UCX_AM_WRITES: -1 unset, 0 off, 1 on */
+	int amw_fill;              /* connections with a batch being filled */
 	struct uprobe probe;
 	struct uconn *conns;
 	struct ulink *links;
@@ -379,6 +396,17 @@ void ux_link_attach(struct uconn *c, struct ulink *l);
 void ux_link_fail(struct ulink *l, ucs_status_t s, const char *why);
 void ux_link_on_msg(struct uworker *w, const struct am_hdr *h, const ucp_am_recv_param_t *param);
 void ux_link_pump(struct sd_prov *p, uint64_t now);
+
+/* ucx_amw.c */
+int ux_amw_eligible(struct uconn *c, size_t total);
+doca_error_t ux_amw_write(struct uconn *c, const struct sd_prov_iov *iov, int niov, struct sd_prov_rkey *rk,
+			  uint64_t raddr, size_t total, void *op_ctx);
+void ux_amw_send(struct uconn *c);
+void ux_amw_send_all(struct sd_prov *p);
+int ux_amw_ready(struct sd_prov *p);
+void ux_amw_on_msg(struct uconn *c, const struct am_hdr *h, const void *data, size_t len);
+void ux_amw_pump(struct uconn *c);
+void ux_amw_drop(struct uconn *c);
 
 /* ucx_rx.c */
 ucs_status_t ux_am_cb(void *arg, const void *header, size_t hlen, void *data, size_t len,

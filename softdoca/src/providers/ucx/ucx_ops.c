@@ -255,7 +255,10 @@ static void gate_push(struct uconn *c, struct uop *o)
 {
 	if (c->dirty)
 		ux_issue_flush(c);
+	if (c->wb)
+		ux_amw_send(c); /* the batch being filled leaves now if it may */
 	o->wait_seq = c->flush_issued;
+	o->amw_seq = c->amw_sent + (c->wb != NULL); /* and every batch sent before it is acknowledged */
 	o->gated = 1;
 	o->gnext = NULL;
 	if (c->gate_tail)
@@ -267,7 +270,8 @@ static void gate_push(struct uconn *c, struct uop *o)
 
 void ux_gate_pump(struct uconn *c)
 {
-	while (c->gate_head && c->gate_head->wait_seq <= c->flush_done && c->ep && c->state != CS_FAILED) {
+	while (c->gate_head && c->gate_head->wait_seq <= c->flush_done && c->gate_head->amw_seq <= c->amw_acked &&
+	       c->ep && c->state != CS_FAILED) {
 		struct uop *o = c->gate_head;
 
 		c->gate_head = o->gnext;
@@ -282,7 +286,7 @@ void ux_gate_pump(struct uconn *c)
 /* Submit an op that must follow earlier writes / queued ops. */
 static void submit_ordered(struct uconn *c, struct uop *o)
 {
-	if (!c->dirty && !c->gate_head && c->state != CS_FAILED && c->ep) {
+	if (!c->dirty && !c->gate_head && !c->wb && c->amw_acked == c->amw_sent && c->state != CS_FAILED && c->ep) {
 		ux_issue_gated(o);
 		return;
 	}
@@ -368,6 +372,8 @@ doca_error_t ux_write(struct sd_prov_conn *pc, const struct sd_prov_iov *iov, in
 
 	if (e || (e = iov_total(iov, niov, &total)) || (e = rcheck(c, rk, raddr, total, DOCA_ACCESS_FLAG_RDMA_WRITE)))
 		return e;
+	if (ux_amw_eligible(c, total) && (e = ux_amw_write(c, iov, niov, rk, raddr, total, op_ctx)) != DOCA_ERROR_AGAIN)
+		return e; /* a small write as an entry of a batch (ucx_amw.c); AGAIN: its window is full */
 	h = rkey_for(c, rk, &e);
 	if (!h)
 		return e;

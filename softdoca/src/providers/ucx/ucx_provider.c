@@ -5,7 +5,9 @@
  * where UCX is absent; the build needs only <ucp/api/ucp.h> (libucx-dev) for
  * the types and constants.
  *
- * Instance: one ucp_context + one ucp_worker (RMA | AMO64 | AM | WAKEUP),
+ * Instance: one ucp_context + one current ucp_worker (RMA | AMO64 | AM | WAKEUP;
+ * a worker whose shared-memory queue a killed peer stalled is swapped for a
+ * fresh one: ucx_worker.c), the workers reporting into one epoll fd,
  * UCS_THREAD_MODE_SERIALIZED: the provider contract has the caller serialize
  * every call (softdoca's engine lock is held by the engine thread while it
  * progresses and by application threads while they submit), so UCP's own
@@ -48,7 +50,8 @@
  * nothing waits on a peer that died where UCX does not notice (shared memory).
  *
  * Files: this one (loading libucp, the instance, progress and arming, memory
- * registration and remote keys, the ops table); ucx_conn.c (connections: OOB
+ * registration and remote keys, the ops table); ucx_worker.c (workers, the
+ * receive-queue probe, the swap); ucx_conn.c (connections: OOB
  * and CM set-up, control messages, failure, close); ucx_link.c (the shared
  * endpoint of two instances); ucx_rx.c (incoming active messages, delivery in
  * order, rendezvous placement); ucx_ops.c (data operations and the flush
@@ -137,6 +140,8 @@ int ux_progress(struct sd_prov *p)
 	int n = 0;
 	uint64_t now;
 
+	if (p->amw_fill) /* small writes gathered since the last round leave (ucx_amw.c) */
+		ux_amw_send_all(p);
 	for (struct uworker *w = p->workers; w; w = w->next)
 		for (int i = 0; i < 256; i++) {
 			unsigned k = UX.worker_progress(w->h);
@@ -217,7 +222,7 @@ static doca_error_t u_arm(struct sd_prov *p, int *max_sleep_ms)
 	uint64_t now = now_ns(), next = UINT64_MAX;
 	ucs_status_t s;
 
-	if (p->done_head || p->kick_any || p->place_done)
+	if (p->done_head || p->kick_any || p->place_done || (p->amw_fill && ux_amw_ready(p)))
 		return DOCA_ERROR_AGAIN;
 	for (struct uconn *c = p->conns; c; c = c->next) {
 		if (c->kicked || c->pending_ev || c->cm_pending_event)
@@ -275,6 +280,11 @@ static doca_error_t u_open(const struct sd_prov_open_params *prm, struct sd_prov
 		fclose(ur);
 	p->uid |= 1;
 	p->host = ux_host_id();
+	{
+		const char *amw = getenv("SOFTDOCA_UCX_AM_WRITES");
+
+		p->amw_env = amw && *amw ? atoi(amw) != 0 : -1;
+	}
 	s = UX.config_read(NULL, NULL, &cfg);
 	if (s != UCS_OK) {
 		WHY(why, "provider ucx: ucp_config_read: %s (check the UCX_* environment)", ustr(s));
@@ -483,6 +493,10 @@ static doca_error_t u_reg_mem(struct sd_prov *p, void *addr, size_t len, uint32_
 	mr->addr = addr;
 	mr->len = len;
 	mr->access = access;
+	mr->next = p->mrs;
+	if (p->mrs)
+		p->mrs->prev = mr;
+	p->mrs = mr;
 	p->nmr++;
 	*out = mr;
 	*blob = b;
@@ -497,6 +511,12 @@ static doca_error_t u_dereg_mem(struct sd_prov *p, struct sd_prov_mr *mr)
 	if (!p || !mr)
 		return DOCA_ERROR_INVALID_VALUE;
 	s = UX.mem_unmap(p->ctx, mr->memh);
+	if (mr->prev)
+		mr->prev->next = mr->next;
+	else
+		p->mrs = mr->next;
+	if (mr->next)
+		mr->next->prev = mr->prev;
 	free(mr);
 	p->nmr--;
 	return map_status(s);

@@ -138,6 +138,11 @@ ucs_status_t ux_am_cb(void *arg, const void *header, size_t hlen, void *data, si
 		c->cm_pending_event = AM_BYE;
 		ux_conn_kick(c);
 		return UCS_OK;
+	case AM_WRITEV:
+	case AM_WACK:
+		if (!rndv) /* a batch may overtake the HELLO: the target's checks hold in any state */
+			ux_amw_on_msg(c, &h, data, len);
+		return UCS_OK;
 	case AM_SEND:
 	case AM_WIMM:
 		break;
