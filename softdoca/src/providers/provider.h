@@ -349,6 +349,10 @@ struct sd_provider_ops {
 	 * promise, and skips waking a peer that promised while it is itself
 	 * progressed. */
 	void (*live)(struct sd_prov *p, uint64_t serve_until_ns, uint64_t self_until_ns);
+
+	/* Optional (NULL: none). A counter of the instance's internals by name, for tests and
+	 * diagnostics (softdoca_debug_counter("provider:<name>")); -1 for an unknown name. */
+	long (*counter)(struct sd_prov *p, const char *name);
 };
 
 /* The providers built in (NULL-terminated list) and lookup by name. */

@@ -82,10 +82,13 @@ SD_EXPORT long softdoca_debug_live_objects(const char *kind)
 
 /* A counter of softdoca's internals, for tests that check who does the work
  * ("engine_provider_progress": the engine thread's progress calls of the
- * provider in use); -1 for an unknown name. */
+ * provider in use; "provider:<name>": the provider's own, e.g. ucx's
+ * "provider:worker_swaps"); -1 for an unknown name. */
 SD_EXPORT long softdoca_debug_counter(const char *name)
 {
 	if (name && !strcmp(name, "engine_provider_progress"))
 		return (long)sd_eng_prov_progress_calls();
+	if (name && !strncmp(name, "provider:", 9))
+		return sd_prov_counter(name + 9);
 	return -1;
 }

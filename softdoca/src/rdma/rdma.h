@@ -878,6 +878,8 @@ static inline struct sd_rtask *sd_rdma_pop_recv(struct doca_rdma *rdma)
 void sd_pm_deliver(struct doca_rdma *rdma);
 /* The provider's transports of an established connection, NULL if none. */
 const char *sd_prov_conn_transport(const struct doca_rdma_connection *c);
+/* A counter of the provider in use (its ops->counter), -1: none or unknown. */
+long sd_prov_counter(const char *name);
 /* Maps (common/mmap.c, through struct sd_mmap_hooks, see internal.h):
  * register a started local map with the provider, deregister it or release
  * its imported key, import the provider section of an export. */

@@ -1476,6 +1476,20 @@ static void release_held(struct doca_rdma_connection *c)
 		sd_link_flush(l);
 }
 
+long sd_prov_counter(const char *name)
+{
+	long v = -1;
+	int took;
+
+	if (!P.p || !P.ops->counter)
+		return -1;
+	lock_engine(&took);
+	if (P.p)
+		v = P.ops->counter(P.p, name);
+	unlock_engine(took);
+	return v;
+}
+
 const char *sd_prov_conn_transport(const struct doca_rdma_connection *c)
 {
 	return c->pready ? c->ptransport : NULL;

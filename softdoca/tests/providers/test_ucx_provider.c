@@ -785,6 +785,7 @@ static void test_small_writes(int sock, struct sd_prov_conn *c, struct sd_prov_r
 	struct sd_prov_rkey *xk;
 	uint64_t xbase, ok = 0;
 	int done = 0, bad = 0, wrong = 0;
+	long b0 = P->counter(S.p, "amw_batches"), n0 = P->counter(S.p, "amw_writes"), nb, nw;
 	doca_error_t e;
 
 	memset(ops, 0, sizeof(ops));
@@ -822,8 +823,12 @@ static void test_small_writes(int sock, struct sd_prov_conn *c, struct sd_prov_r
 		mrecv(sock, &ok, sizeof(ok));
 		wrong += ok != 1;
 	}
-	printf("  small writes: %d/%d completed, %d failed, %d with wrong bytes at the target\n", done, NW, bad, wrong);
+	nb = P->counter(S.p, "amw_batches") - b0;
+	nw = P->counter(S.p, "amw_writes") - n0;
+	printf("  small writes: %d/%d completed, %d failed, %d with wrong bytes at the target; %ld sent in %ld batches\n",
+	       done, NW, bad, wrong, nw, nb);
 	CHECK(done == NW && bad == 0 && wrong == 0, "every small write completed with its bytes at the target");
+	CHECK(nw == NW && nb > 0 && nb <= NW / 4, "the burst went in batches (%ld writes in %ld)", nw, nb);
 	/* refusal at the target */
 	{
 		struct msg m = { .cmd = CMD_REG_EXTRA };
@@ -1183,8 +1188,9 @@ static int stall_check(void)
 
 static void test_stall(void)
 {
-	int kills = 0, stalls = 0, recovered = 0, probed = 0;
+	int kills = 0, stalls = 0, recovered = 0, probed = 0, caught = 0;
 	uint64_t end = now_ms() + 75000;
+	long swaps0 = P->counter(S.p, "worker_swaps"), probes0 = P->counter(S.p, "probes");
 
 	S.sink = 1;
 	srand((unsigned)getpid());
@@ -1209,8 +1215,11 @@ static void test_stall(void)
 		if (probe) {
 			/* the sender's connection closes without its BYE: the provider probes its queue; a
 			 * server keeps progressing, and 300 ms later a new same-host client must get through */
+			long sw = P->counter(S.p, "worker_swaps");
+
 			P->conn_close(c);
 			wait_for(NULL, NULL, -1, 300);
+			caught += P->counter(S.p, "worker_swaps") > sw;
 			CHECK(stall_check(), "a new connection 300 ms after a sender was killed gets through (round %d)", r);
 			probed++;
 			continue;
@@ -1227,8 +1236,9 @@ static void test_stall(void)
 		P->progress(S.p);
 	}
 	S.sink = 0;
-	printf("  killed senders: %d killed (%d closed at once and probed), %d stalls seen by a connection's deadline, "
-	       "%d recovered\n", kills, probed, stalls, recovered);
+	printf("  killed senders: %d killed (%d closed at once and probed: %d stalls caught by the probe), %d stalls seen "
+	       "by a connection's deadline, %d recovered; %ld probes, %ld worker swaps\n", kills, probed, caught, stalls,
+	       recovered, P->counter(S.p, "probes") - probes0, P->counter(S.p, "worker_swaps") - swaps0);
 }
 
 /* ---------------------------------------------------------------- bench */

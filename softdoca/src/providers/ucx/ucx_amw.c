@@ -8,7 +8,8 @@
  * costs (about 0.1 million writes/s over tcp here). So on such connections a write of up to
  * AMW_MAX_ONE bytes becomes an entry of a batch: the first write of an idle connection leaves at
  * once, later ones gather until the batch is full, the next progress round, or an operation that
- * must follow them; the target applies a batch in its active-message callback, after checking
+ * must follow them, and at most AMW_INFLIGHT batches are unacknowledged (later ones wait, in order,
+ * in the connection's queue: its writes are bounded by the DOCA tasks outstanding); the target applies a batch in its active-message callback, after checking
  * each entry against its own registrations (bounds and the write right: softdoca's checks back at
  * the target), and acknowledges once per progress round, cumulatively. A write completes when its
  * batch is acknowledged: its bytes are in the target's memory, as DOCA requires. Operations that
@@ -31,6 +32,7 @@
 #define AMW_INFLIGHT 32u     /* batches unacknowledged at most (the target tracks a window of 64) */
 
 struct amw_batch {
+	struct amw_batch *next;
 	struct am_hdr h;
 	size_t len;
 	uint32_t n;
@@ -94,21 +96,19 @@ static int may_send(const struct uconn *c)
 	return c->amw_sent - c->amw_acked < AMW_INFLIGHT;
 }
 
-/* Send the batch being filled, if the window allows (else it leaves once acknowledgements come). */
-void ux_amw_send(struct uconn *c)
+/* Send the oldest batch not sent yet. */
+static void send_one(struct uconn *c)
 {
 	struct amw_batch *b = c->wb;
 	ucp_request_param_t rp;
 	ucs_status_ptr_t r;
 
-	if (!b || !may_send(c))
-		return;
-	c->wb = NULL;
-	c->p->amw_fill--;
-	if (!b->n) {
-		free(b);
-		return;
+	c->wb = b->next;
+	if (!c->wb) {
+		c->wb_tail = NULL;
+		c->p->amw_fill--;
 	}
+	c->amw_queued--;
 	memset(&b->h, 0, sizeof(b->h));
 	b->h.magic = AM_MAGIC;
 	b->h.type = AM_WRITEV;
@@ -116,6 +116,8 @@ void ux_amw_send(struct uconn *c)
 	b->h.src = c->id;
 	b->h.uid = c->p->uid;
 	b->h.seq = ++c->amw_sent;
+	c->p->amw_batches++;
+	c->p->amw_writes += b->n;
 	memset(&rp, 0, sizeof(rp));
 	rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
 	rp.flags = UCP_AM_SEND_FLAG_EAGER;
@@ -130,6 +132,20 @@ void ux_amw_send(struct uconn *c)
 	}
 }
 
+/* Send the batches not sent yet, as far as the window allows (the rest leave as acknowledgements come). */
+void ux_amw_send(struct uconn *c)
+{
+	while (c->wb && may_send(c))
+		send_one(c);
+}
+
+/* The connection closes: every batch not sent yet leaves now, whatever the window. */
+void ux_amw_send_now(struct uconn *c)
+{
+	while (c->wb)
+		send_one(c);
+}
+
 void ux_amw_send_all(struct sd_prov *p)
 {
 	for (struct uconn *c = p->conns; c && p->amw_fill; c = c->next)
@@ -141,28 +157,30 @@ doca_error_t ux_amw_write(struct uconn *c, const struct sd_prov_iov *iov, int ni
 			  uint64_t raddr, size_t total, void *op_ctx)
 {
 	size_t need = AMW_ENT + ((total + 7) & ~(size_t)7);
-	struct amw_batch *b;
+	struct amw_batch *b = c->wb_tail;
 	struct uop *o;
 	uint8_t *e;
 	size_t off = 0;
 
-	if (c->wb && c->wb->len + need > AMW_BATCH_MAX) {
-		if (!may_send(c))
-			return DOCA_ERROR_AGAIN; /* the window is full: this one goes as a put */
-		ux_amw_send(c);
-	}
-	if (!c->wb) {
-		c->wb = malloc(sizeof(*c->wb));
-		if (!c->wb)
+	if (!b || b->len + need > AMW_BATCH_MAX) { /* a new batch (the full one leaves as the window allows) */
+		b = malloc(sizeof(*b));
+		if (!b)
 			return DOCA_ERROR_NO_MEMORY;
-		c->wb->len = 0;
-		c->wb->n = 0;
-		c->p->amw_fill++;
+		b->next = NULL;
+		b->len = 0;
+		b->n = 0;
+		if (c->wb_tail)
+			c->wb_tail->next = b;
+		else {
+			c->wb = b;
+			c->p->amw_fill++;
+		}
+		c->wb_tail = b;
+		c->amw_queued++;
 	}
 	o = ux_op_new(c->p, c, OP_WRITE, op_ctx);
 	if (!o)
-		return DOCA_ERROR_NO_MEMORY; /* an empty batch is freed when sent */
-	b = c->wb;
+		return DOCA_ERROR_NO_MEMORY; /* an empty batch leaves empty: the target applies nothing */
 	e = b->data + b->len;
 	put64(e, rk->base);
 	put64(e + 8, raddr);
@@ -174,7 +192,7 @@ doca_error_t ux_amw_write(struct uconn *c, const struct sd_prov_iov *iov, int ni
 	}
 	memset(e + AMW_ENT + total, 0, need - AMW_ENT - total);
 	b->len += need;
-	o->amw_seq = c->amw_sent + 1;
+	o->amw_seq = c->amw_sent + c->amw_queued;
 	o->amw_idx = b->n++;
 	o->gnext = NULL;
 	if (c->amw_tail)
@@ -353,10 +371,15 @@ void ux_amw_pump(struct uconn *c)
  * connection's other operations). */
 void ux_amw_drop(struct uconn *c)
 {
-	if (c->wb) {
-		free(c->wb);
-		c->wb = NULL;
+	if (c->wb)
 		c->p->amw_fill--;
+	while (c->wb) {
+		struct amw_batch *b = c->wb;
+
+		c->wb = b->next;
+		free(b);
 	}
+	c->wb_tail = NULL;
+	c->amw_queued = 0;
 	c->amw_head = c->amw_tail = NULL;
 }

@@ -850,10 +850,8 @@ void ux_conn_close(struct sd_prov_conn *pc)
 	c->closed_by_user = 1;
 	if (c->same_host && c->hello_seen && !c->bye_seen)
 		ux_probe_start(c->w); /* its process may have died mid-send ("Worker swap", ucx_worker.c) */
-	if (c->wb && c->state == CS_ESTABLISHED) { /* the batch being filled leaves before the BYE */
-		c->amw_acked = c->amw_sent;        /* whatever the window: nothing waits for it any more */
-		ux_amw_send(c);
-	}
+	if (c->wb && c->state == CS_ESTABLISHED) /* batches not sent yet leave before the BYE */
+		ux_amw_send_now(c);
 	if (c->state == CS_ESTABLISHED)
 		ux_send_ctrl(c, AM_BYE, NULL, 0);
 	if (c->state != CS_FAILED) {

@@ -223,7 +223,8 @@ struct uconn {
 	int nrkc, caprkc;
 	/* small writes as active messages (ucx_amw.c) */
 	int amw_ok;                   /* this connection sends its small writes so (not over verbs) */
-	struct amw_batch *wb;         /* the batch being filled, NULL: none */
+	struct amw_batch *wb, *wb_tail; /* batches not sent yet, oldest first; the last one fills */
+	uint32_t amw_queued;          /* how many */
 	uint64_t amw_sent, amw_acked; /* batches sent, and acknowledged by the target (cumulative) */
 	struct uop *amw_head, *amw_tail; /* writes waiting for their batch's acknowledgement (gnext) */
 	uint64_t amw_applied;         /* target: every batch up to this one is applied here */
@@ -295,6 +296,7 @@ struct sd_prov {
 	struct sd_prov_mr *mrs;
 	int amw_env;               /* SOFTDOCA_UCX_AM_WRITES: -1 unset, 0 off, 1 on */
 	int amw_fill;              /* connections with a batch being filled */
+	unsigned long amw_batches, amw_writes; /* batches sent, and the writes in them */
 	struct uprobe probe;
 	struct uconn *conns;
 	struct ulink *links;
@@ -402,6 +404,7 @@ int ux_amw_eligible(struct uconn *c, size_t total);
 doca_error_t ux_amw_write(struct uconn *c, const struct sd_prov_iov *iov, int niov, struct sd_prov_rkey *rk,
 			  uint64_t raddr, size_t total, void *op_ctx);
 void ux_amw_send(struct uconn *c);
+void ux_amw_send_now(struct uconn *c);
 void ux_amw_send_all(struct sd_prov *p);
 int ux_amw_ready(struct sd_prov *p);
 void ux_amw_on_msg(struct uconn *c, const struct am_hdr *h, const void *data, size_t len);

@@ -256,9 +256,9 @@ static void gate_push(struct uconn *c, struct uop *o)
 	if (c->dirty)
 		ux_issue_flush(c);
 	if (c->wb)
-		ux_amw_send(c); /* the batch being filled leaves now if it may */
+		ux_amw_send(c); /* the batches not sent yet leave now, as the window allows */
 	o->wait_seq = c->flush_issued;
-	o->amw_seq = c->amw_sent + (c->wb != NULL); /* and every batch sent before it is acknowledged */
+	o->amw_seq = c->amw_sent + c->amw_queued; /* and every batch before it is acknowledged */
 	o->gated = 1;
 	o->gnext = NULL;
 	if (c->gate_tail)
@@ -372,8 +372,8 @@ doca_error_t ux_write(struct sd_prov_conn *pc, const struct sd_prov_iov *iov, in
 
 	if (e || (e = iov_total(iov, niov, &total)) || (e = rcheck(c, rk, raddr, total, DOCA_ACCESS_FLAG_RDMA_WRITE)))
 		return e;
-	if (ux_amw_eligible(c, total) && (e = ux_amw_write(c, iov, niov, rk, raddr, total, op_ctx)) != DOCA_ERROR_AGAIN)
-		return e; /* a small write as an entry of a batch (ucx_amw.c); AGAIN: its window is full */
+	if (ux_amw_eligible(c, total))
+		return ux_amw_write(c, iov, niov, rk, raddr, total, op_ctx); /* an entry of a batch (ucx_amw.c) */
 	h = rkey_for(c, rk, &e);
 	if (!h)
 		return e;

@@ -586,6 +586,21 @@ static void u_rkey_release(struct sd_prov *p, struct sd_prov_rkey *rk)
 	p->nrkey--;
 }
 
+/* "worker_swaps", "probes" (ucx_worker.c); "amw_batches", "amw_writes" (ucx_amw.c: batches sent, writes
+ * sent in them). */
+static long u_counter(struct sd_prov *p, const char *name)
+{
+	if (!strcmp(name, "worker_swaps"))
+		return (long)p->swaps;
+	if (!strcmp(name, "probes"))
+		return (long)p->probes;
+	if (!strcmp(name, "amw_batches"))
+		return (long)p->amw_batches;
+	if (!strcmp(name, "amw_writes"))
+		return (long)p->amw_writes;
+	return -1;
+}
+
 const struct sd_provider_ops sd_provider_ucx = {
 	.name = PROV_NAME,
 	.abi = SD_PROV_ABI,
@@ -620,4 +635,5 @@ const struct sd_provider_ops sd_provider_ucx = {
 	.write_imm = ux_write_imm,
 	.flush = ux_flush,
 	.rx_resume = ux_rx_resume,
+	.counter = u_counter,
 };
