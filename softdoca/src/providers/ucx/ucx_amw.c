@@ -43,6 +43,8 @@ struct amw_batch {
 struct amw_ack {
 	struct am_hdr h;
 	uint8_t fseq[8];
+	struct sd_prov *p;
+	uint64_t conn;     /* the connection's id: it may be gone when UCX gives the request back */
 };
 
 static int verbs_transport(const char *t)
@@ -332,9 +334,17 @@ void ux_amw_on_msg(struct uconn *c, const struct am_hdr *h, const void *data, si
 
 static void ack_sent(void *req, ucs_status_t s, void *user)
 {
+	struct amw_ack *a = user;
+	struct uconn *c = ux_conn_lookup(a->p, a->conn);
+
 	(void)s;
 	UX.request_free(req);
-	free(user);
+	if (c) {
+		c->amw_ack_inflight = 0;
+		if (c->amw_ack_due)
+			ux_conn_kick(c); /* what arrived meanwhile: acknowledged by the next round */
+	}
+	free(a);
 }
 
 static void send_ack(struct uconn *c)
@@ -343,8 +353,8 @@ static void send_ack(struct uconn *c)
 	ucp_request_param_t rp;
 	ucs_status_ptr_t r;
 
-	if (!c->amw_ack_due || !c->ep)
-		return;
+	if (!c->amw_ack_due || !c->ep || c->amw_ack_inflight)
+		return; /* one acknowledgement in UCX's hands at a time: a peer that reads none costs one */
 	a = calloc(1, sizeof(*a));
 	if (!a)
 		return; /* again at the next round */
@@ -359,6 +369,8 @@ static void send_ack(struct uconn *c)
 	a->h.rsv = c->amw_fail_idx;
 	put64(a->fseq, c->amw_fail_seq);
 	c->amw_fail_st = DOCA_SUCCESS;
+	a->p = c->p;
+	a->conn = c->id;
 	memset(&rp, 0, sizeof(rp));
 	rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
 	rp.flags = UCP_AM_SEND_FLAG_EAGER;
@@ -367,6 +379,8 @@ static void send_ack(struct uconn *c)
 	r = UX.am_send_nbx(c->ep, SD_UCX_AM_ID, &a->h, sizeof(a->h), a->fseq, sizeof(a->fseq), &rp);
 	if (r == NULL || UCS_PTR_IS_ERR(r))
 		free(a);
+	else
+		c->amw_ack_inflight = 1;
 }
 
 /* Once per progress round: a batch that waited for the window leaves; the target acknowledges

@@ -230,6 +230,7 @@ struct uconn {
 	uint64_t amw_applied;         /* target: every batch up to this one is applied here */
 	uint64_t amw_ooo;             /* target: batches applied beyond it (bit k: amw_applied + k + 1) */
 	int amw_ack_due;              /* target: an acknowledgement to send */
+	int amw_ack_inflight;         /* target: one UCX still holds (the next waits: one per connection) */
 	uint64_t amw_fail_seq;        /* target: the first refused entry since the last acknowledgement */
 	uint32_t amw_fail_idx;
 	doca_error_t amw_fail_st;
