@@ -386,7 +386,7 @@ int ux_conn_pump(struct uconn *c, uint64_t now)
 	if ((c->state == CS_CONNECTING || c->state == CS_CM_WAIT_REQ || c->state == CS_CM_REQUESTED ||
 	     c->state == CS_CM_ACCEPTED || (c->state == CS_NEW && c->deadline_ns)) && c->deadline_ns && now > c->deadline_ns) {
 		/* our half left, the peer's did not come: over UCX's shared memory, a peer killed while
-		 * writing into this worker's receive queue stalls it ("Worker swap", ucx_provider.c) */
+		 * writing into this worker's receive queue stalls it (ucx_worker.c) */
 		int stall = c->same_host && !c->hello_seen && c->connected_local;
 
 		if (stall)
@@ -849,7 +849,7 @@ void ux_conn_close(struct sd_prov_conn *pc)
 		return;
 	c->closed_by_user = 1;
 	if (c->same_host && c->hello_seen && !c->bye_seen)
-		ux_probe_start(c->w); /* its process may have died mid-send ("Worker swap", ucx_worker.c) */
+		ux_probe_start(c->w); /* its process may have died mid-send (ucx_worker.c) */
 	if (c->wb && c->state == CS_ESTABLISHED) /* batches not sent yet leave before the BYE */
 		ux_amw_send_now(c);
 	if (c->state == CS_ESTABLISHED)

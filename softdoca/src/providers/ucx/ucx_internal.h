@@ -1,6 +1,7 @@
 /*
  * softdoca provider `ucx`: what its files share (ucx_provider.c: loading, instance, progress,
- * memory; ucx_worker.c: workers, the receive-queue probe, the swap; ucx_conn.c: connections and their set-up; ucx_link.c: the endpoint shared by a pair of
+ * memory; ucx_worker.c: workers, the receive-queue probe, the swap; ucx_amw.c: small writes as
+ * batches; ucx_conn.c: connections and their set-up; ucx_link.c: the endpoint shared by a pair of
  * instances; ucx_rx.c: incoming active messages; ucx_ops.c: data operations and their ordering).
  * Nothing here is seen outside this folder.
  */
@@ -96,7 +97,7 @@ enum am_type { AM_HELLO = 1, AM_CM_REQ, AM_CM_ACCEPT, AM_CM_REJECT, AM_CM_RTU, A
 #define AMF_IMM 1u
 
 /* A UCP worker of the instance. New connections, links and listeners use the current one
- * (sd_prov.w); one retired by a swap (see "Worker swap" in ucx_provider.c) serves what it
+ * (sd_prov.w); one retired by a swap (ucx_worker.c) serves what it
  * already carries and is destroyed once nothing uses it. */
 struct uworker {
 	struct uworker *next;

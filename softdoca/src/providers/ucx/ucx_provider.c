@@ -37,6 +37,11 @@
  * after them completed; one flush per progress round covers every write of
  * the round.
  *
+ * Small writes: where UCX has no RMA of its own (not verbs), a write of up to
+ * 1 KiB is an entry of a batch sent as one active message, applied and checked
+ * by the target and acknowledged (ucx_amw.c); ops behind such writes wait in
+ * the gate for those acknowledgements as they wait for a flush behind puts.
+ *
  * Remote keys: the rkey blob carries softdoca's base / length / access and the
  * owner instance's uid next to ucp_rkey_pack's bytes; ops are checked against
  * them before they leave (tcp, shared memory and cma enforce nothing at the
@@ -51,7 +56,8 @@
  *
  * Files: this one (loading libucp, the instance, progress and arming, memory
  * registration and remote keys, the ops table); ucx_worker.c (workers, the
- * receive-queue probe, the swap); ucx_conn.c (connections: OOB
+ * receive-queue probe, the swap); ucx_amw.c (small writes as batches);
+ * ucx_conn.c (connections: OOB
  * and CM set-up, control messages, failure, close); ucx_link.c (the shared
  * endpoint of two instances); ucx_rx.c (incoming active messages, delivery in
  * order, rendezvous placement); ucx_ops.c (data operations and the flush
