@@ -73,6 +73,38 @@ def test_write_lands_without_target_progress(local: Local, peer: PeerProc, mode:
     assert peer.call("digest")["sha"] == hashlib.sha256(src).hexdigest()
 
 
+def test_small_writes_land_and_a_read_behind_them_sees_them(local: Local, peer: PeerProc) -> None:
+    """120 writes of 1 B..1 KiB in one batch, then a read of the whole range right behind them: every byte lands
+    without the target progressing, and the read (ordered behind the writes) sees them all. Under ucx (tcp,
+    shared memory) they travel as the provider's small-write batches, which the target checks."""
+    n_w = 120                                              # two buffers each, in an inventory of 256
+    conn, started = connect(local, peer, "oob", size=n_w * 1024)
+    ucx = os.environ.get("SOFTDOCA_PROVIDER") == "ucx"
+    deadline = time.monotonic() + 10
+    while ucx and conn_transports(conn._c)[1] is None and time.monotonic() < deadline:
+        time.sleep(0.01)                                   # the provider's connection comes up just after
+    counter = soft_fn("softdoca_debug_counter", ctypes.c_long, ctypes.c_char_p)
+    before = counter(b"provider:amw_writes") if counter else -1
+    sizes = [1 + (i * 37) % 1024 for i in range(n_w)]
+    src = bytearray(n_w * 1024)
+    for i, n in enumerate(sizes):
+        src[i * 1024:i * 1024 + n] = bytes((i + k) % 251 for k in range(n))
+    lm = local.local(src)
+    rm = local.remote(started["mmap"])
+    batch = local.rdma.write_batch(conn, [local.inv.buffer(lm, offset=i * 1024, length=n) for i, n in enumerate(sizes)],
+                                   [local.inv.buffer(rm, offset=i * 1024, length=n) for i, n in enumerate(sizes)])
+    back = bytearray(n_w * 1024)
+    bm = local.local(back)
+    read = local.rdma.read(conn, local.inv.buffer(rm, length=n_w * 1024), local.inv.buffer(bm, empty=True))
+    batch.result(10)
+    assert read.result(10) == n_w * 1024
+    for i, n in enumerate(sizes):
+        assert back[i * 1024:i * 1024 + n] == src[i * 1024:i * 1024 + n], f"write {i} ({n} B)"
+    if ucx and before >= 0 and os.environ.get("SOFTDOCA_UCX_AM_WRITES") != "0" and \
+            "rc" not in (conn_transports(conn._c)[1] or ""):
+        assert counter(b"provider:amw_writes") - before == n_w   # every one in a batch (docs/providers.md)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_read(local: Local, peer: PeerProc, mode: str) -> None:
     conn, started = connect(local, peer, mode, fill=0x5A)
