@@ -268,27 +268,35 @@ static size_t mrecv(int fd, void *b, size_t cap)
 	return l;
 }
 
-/* OOB connect: the two sides swap address blobs. */
-static struct sd_prov_conn *oob_connect(int sock, int first)
+/* A new connection whose address blob is swapped with the peer's (first: ours goes first). */
+static struct sd_prov_conn *oob_swap(int sock, int first, uint8_t *peer, size_t cap, size_t *plen)
 {
 	struct sd_prov_conn *c;
 	void *blob;
 	size_t len;
-	uint8_t peer[4096];
-	size_t plen;
-	struct sd_prov_why why = {{0}};
-	doca_error_t e;
 
 	EXPECT_OK(P->conn_create(S.p, NULL, &c), "conn_create");
 	EXPECT_OK(P->conn_export(c, &blob, &len), "conn_export");
 	if (first) {
 		msend(sock, blob, len);
-		plen = mrecv(sock, peer, sizeof(peer));
+		*plen = mrecv(sock, peer, cap);
 	} else {
-		plen = mrecv(sock, peer, sizeof(peer));
+		*plen = mrecv(sock, peer, cap);
 		msend(sock, blob, len);
 	}
 	free(blob);
+	return c;
+}
+
+/* OOB connect: the two sides swap address blobs. */
+static struct sd_prov_conn *oob_connect(int sock, int first)
+{
+	uint8_t peer[4096];
+	size_t plen;
+	struct sd_prov_conn *c = oob_swap(sock, first, peer, sizeof(peer), &plen);
+	struct sd_prov_why why = {{0}};
+	doca_error_t e;
+
 	e = P->conn_connect(c, peer, plen, &why);
 	CHECK(e == DOCA_SUCCESS, "conn_connect: %s %s", sd_prov_strerror(e), why.msg);
 	CHECK(wait_for(c_int, &S.established, -1, 10000) == 1, "OOB connection not established");
@@ -1145,19 +1153,12 @@ static pid_t stall_spawn(const char *role, int *sock)
 /* Connect to a child; 1: established, 0: failed or no answer within the provider's deadline. */
 static int stall_connect(int sock, struct sd_prov_conn **out)
 {
-	struct sd_prov_conn *c;
-	void *blob;
-	size_t len;
 	uint8_t peer[4096];
 	size_t plen;
+	struct sd_prov_conn *c = oob_swap(sock, 1, peer, sizeof(peer), &plen);
 	struct sd_prov_why why = {{0}};
 	int est0 = S.established, fail0 = S.failed;
 
-	EXPECT_OK(P->conn_create(S.p, NULL, &c), "conn_create");
-	EXPECT_OK(P->conn_export(c, &blob, &len), "conn_export");
-	msend(sock, blob, len);
-	free(blob);
-	plen = mrecv(sock, peer, sizeof(peer));
 	*out = c;
 	if (P->conn_connect(c, peer, plen, &why) != DOCA_SUCCESS)
 		return 0;
