@@ -104,7 +104,6 @@ struct uworker {
 	struct sd_prov *p;
 	ucp_worker_h h;
 	uint32_t ahash;            /* hash of its address: peers tell its links from an earlier worker's */
-	uint64_t born_ns;
 	int listeners;             /* its ucp_listeners */
 	int retired;
 };
