@@ -105,7 +105,6 @@ struct uworker {
 	ucp_worker_h h;
 	uint32_t ahash;            /* hash of its address: peers tell its links from an earlier worker's */
 	int listeners;             /* its ucp_listeners */
-	int retired;
 };
 
 struct uconn;

@@ -95,7 +95,8 @@ void ux_worker_sweep(struct sd_prov *p)
 {
 	for (struct uworker **pp = &p->workers; *pp;) {
 		struct uworker *w = *pp;
-		int used = !w->retired || w->listeners || op_on(p->orphans, w) || op_on(p->done_head, w);
+		/* the current one, or what UCX still holds (the done list is empty here: ux_progress drained it) */
+		int used = w == p->w || w->listeners || op_on(p->orphans, w);
 
 		for (struct uconn *c = p->conns; c && !used; c = c->next)
 			used = c->w == w;
@@ -136,11 +137,10 @@ void ux_worker_suspect(struct uworker *w)
 	struct sd_prov *p = w->p;
 	struct uworker *old = p->w;
 
-	if (w != old || w->retired)
-		return; /* swapped already: new connections have a fresh worker */
+	if (w != old)
+		return; /* retired already: new connections have a fresh worker */
 	if (!ux_worker_new(p, NULL))
 		return; /* keep the old one: better a suspect worker than none */
-	old->retired = 1;
 	p->swaps++;
 	if (p->probe.to == old)
 		probe_drop_ep(p);
@@ -162,7 +162,7 @@ void ux_probe_start(struct uworker *w)
 	struct uprobe *pr = &p->probe;
 	ucp_request_param_t rp;
 	ucs_status_ptr_t r;
-	if (w != p->w || w->retired || pr->due_ns)
+	if (w != p->w || pr->due_ns)
 		return; /* a retired worker needs no probe; one is under way */
 	if (!pr->h) {
 		ucp_worker_params_t wp;
