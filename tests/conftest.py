@@ -2,12 +2,32 @@
 from __future__ import annotations
 
 import gc
+import os
 from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 
 from pydoca.buffer import BufferInventory
 from pydoca.device import Device
+
+
+# -- the sanitizer runs (tools/test-sanitized.sh, tools/test-tsan.sh set PYDOCA_TEST_SANITIZER) -------------
+SANITIZER = os.environ.get("PYDOCA_TEST_SANITIZER", "")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "plain_only(why): left out of the sanitizer runs, which would add nothing to "
+                                       "it (no softdoca code of its own runs, or it builds and runs a plain softdoca)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    if not SANITIZER:
+        return
+    for item in items:
+        mark = item.get_closest_marker("plain_only")
+        if mark is not None:
+            why = mark.args[0] if mark.args else "the plain run covers it"
+            item.add_marker(pytest.mark.skip(reason=f"not under {SANITIZER}: {why}"))
 
 
 @pytest.fixture

@@ -118,6 +118,8 @@ def test_bw_one_buffer(tmp_path: Path) -> None:
     assert r["one_buffer"] is True and r["MBps"] > 0 and "one buffer each side" in out.stdout
 
 
+@pytest.mark.plain_only("a harness of figures that mean nothing under a sanitizer; its operations are the other "
+                        "bench tests' and the RDMA suite's")
 def test_compare_quick(tmp_path: Path) -> None:
     """`bench compare` runs the matrix and the peers found on PATH, and reports every ratio row."""
     import shutil

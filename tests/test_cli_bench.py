@@ -289,6 +289,7 @@ def _copy_source(dst: Path) -> None:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.plain_only("it builds and installs a plain softdoca of its own")
 def test_bench_lat_with_a_non_editable_install(tmp_path: Path) -> None:
     """Issue 23 as reported: `pip install .` into a virtual environment, then that environment's `pydoca bench lat`
     run from a source tree whose `./pydoca` is not built. (The build reuses this Python's setuptools and cffi:

@@ -25,6 +25,7 @@ from typing import Dict, Optional
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.plain_only("it builds and renders the docs site: no softdoca code runs")
 DOC_TOOLS = ("sphinx", "myst_parser", "furo")
 #: the table of contents: the sidebar's section captions and one page of each
 NAV = {

@@ -14,6 +14,7 @@ SOFTDOCA = os.path.join(ROOT, "softdoca")
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.plain_only("the sanitizer scripts run the C tests of their own builds (make check-asan, check-tsan)")
 def test_make_check() -> None:
     missing = [tool for tool in ("make", "gcc") if shutil.which(tool) is None]
     if missing:

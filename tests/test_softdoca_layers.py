@@ -53,8 +53,9 @@ LAYERS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ("softdoca extensions", "rdma", ("ext",)),
 ]
 
-pytestmark = pytest.mark.skipif(shutil.which("nm") is None or shutil.which("make") is None,
-                                reason="nm and make are needed (binutils, make) to inspect softdoca's objects")
+pytestmark = [pytest.mark.skipif(shutil.which("nm") is None or shutil.which("make") is None,
+                                 reason="nm and make are needed (binutils, make) to inspect softdoca's objects"),
+              pytest.mark.plain_only("it reads the symbols of softdoca's objects; nothing runs")]
 
 
 def _folder(mod: str) -> str:

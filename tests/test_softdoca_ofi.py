@@ -13,10 +13,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Iterator
 
 import pytest
 from peer_util import free_port
+from suite_jobs import Spec, SuiteJobs
 from test_softdoca_ucx import HERE, KNOWN, NETNS, ROOT, SANITIZED, SUITES, _env, _probe, _server, _suite
 
 
@@ -57,32 +58,66 @@ def ofi(fabric: str) -> Dict[str, str]:
     return _env(SOFTDOCA_PROVIDER="ofi", FI_PROVIDER=fabric)
 
 
-@pytest.mark.parametrize("fabric", sorted(FABRICS))
-def test_the_cross_process_suites_pass_under_ofi(fabric: str) -> None:
-    if fabric == "shm":
-        for suite in SUITES:
-            if suite not in ISOLATE:
-                _suite([suite], OFI_KNOWN + SHM_KNOWN, ofi(fabric), FABRICS[fabric])
-                continue
-            ids = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
-                                  suite, "-k", FABRICS[fabric]], capture_output=True, text=True, cwd=ROOT,
-                                 env=ofi(fabric), timeout=120).stdout.split()
-            tests = [t for t in ids if t.startswith(suite + "::") and t not in OFI_KNOWN + SHM_KNOWN]
-            assert len(tests) > 5, ids[-20:]
-            for test in tests:
-                _suite([test], [], ofi(fabric))
+def _specs() -> Dict[str, Spec]:
+    """The child runs of this module's matrix tests, by test name, longest first (the gated shm matrix runs its
+    suites one by one in its own test)."""
+    msg = ["tests/test_rdma.py", "-k", "send or immediate or rnr or parked or window"]
+    specs = {
+        "test_the_cross_process_suites_pass_under_ofi[tcp]": Spec(SUITES, OFI_KNOWN, ofi("tcp"), FABRICS["tcp"]),
+        "test_between_two_namespaces_under_ofi_over_tcp": Spec(NETNS, [], ofi("tcp")),
+        "test_messages_stay_native_when_asked": Spec(msg, [], {**ofi("tcp"), "SOFTDOCA_PROVIDER_MESSAGES": "0"}),
+        **{f"test_shm_messages_take_libfabric_where_shm_has_its_doorbell[{d}]":
+           Spec(["tests/test_rdma.py::test_send_receive_and_immediates"], [],
+                ofi("shm") if d == "default" else {**ofi("shm"), "SOFTDOCA_OFI_DOORBELL": "0"}) for d in ("default", "0")},
+    }
+    if not SANITIZED:   # as the test's skipif
+        specs["test_the_rdma_suite_passes_under_ofi_over_shm"] = Spec(
+            ["tests/test_rdma.py"], OFI_KNOWN, ofi("shm"), "not netns and not slices_spread_over_devices")
+    return specs
+
+
+@pytest.fixture(scope="module")
+def jobs(request: pytest.FixtureRequest) -> Iterator[SuiteJobs]:
+    collected = [i.name for i in request.session.items if i.module is request.module]
+    if "shm" in FABRICS:   # the shm matrix holds most of the module's time; its runs stay one by one
+        collected = []
+    with SuiteJobs(_specs(), collected) as j:
+        yield j
+
+
+def _check(jobs: SuiteJobs, request: pytest.FixtureRequest, *fallback: object) -> None:
+    if request.node.name in jobs.jobs:
+        jobs.check(request.node.name)
     else:
-        _suite(SUITES, OFI_KNOWN, ofi(fabric), FABRICS[fabric])
+        _suite(*fallback)  # type: ignore[arg-type]
 
 
-def test_messages_stay_native_when_asked() -> None:
+@pytest.mark.parametrize("fabric", sorted(FABRICS))
+def test_the_cross_process_suites_pass_under_ofi(fabric: str, jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+    if fabric != "shm":
+        _check(jobs, request, SUITES, OFI_KNOWN, ofi(fabric), FABRICS[fabric])
+        return
+    for suite in SUITES:
+        if suite not in ISOLATE:
+            _suite([suite], OFI_KNOWN + SHM_KNOWN, ofi(fabric), FABRICS[fabric])
+            continue
+        ids = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+                              suite, "-k", FABRICS[fabric]], capture_output=True, text=True, cwd=ROOT,
+                             env=ofi(fabric), timeout=120).stdout.split()
+        tests = [t for t in ids if t.startswith(suite + "::") and t not in OFI_KNOWN + SHM_KNOWN]
+        assert len(tests) > 5, ids[-20:]
+        for test in tests:
+            _suite([test], [], ofi(fabric))
+
+
+def test_messages_stay_native_when_asked(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
     """SOFTDOCA_PROVIDER_MESSAGES=0: sends and immediates on the native link, nothing of them through libfabric."""
-    _suite(["tests/test_rdma.py", "-k", "send or immediate or rnr or parked or window"], [],
-           {**ofi("tcp"), "SOFTDOCA_PROVIDER_MESSAGES": "0"})
+    spec = _specs()[request.node.name]
+    _check(jobs, request, spec.tests, [], spec.env)
 
 
-def test_between_two_namespaces_under_ofi_over_tcp() -> None:
-    _suite(NETNS, [], ofi("tcp"))
+def test_between_two_namespaces_under_ofi_over_tcp(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+    _check(jobs, request, NETNS, [], ofi("tcp"))
 
 
 @pytest.mark.parametrize("fabric", ["shm", "tcp"])    # both always (only the matrix's shm run is gated)
@@ -98,21 +133,22 @@ def test_the_fabric_is_the_one_asked_for(fabric: str) -> None:
 
 
 @pytest.mark.skipif(SANITIZED, reason="the sanitized runs keep ofi over tcp only (CI's time)")
-def test_the_rdma_suite_passes_under_ofi_over_shm() -> None:
+def test_the_rdma_suite_passes_under_ofi_over_shm(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
     """The RDMA suite under ofi over shm in every plain run (the suite that once hung on a dead process's queue lock;
     with the doorbell, on by default, its sends and immediates take libfabric)."""
     if "shm" in FABRICS:
         pytest.skip("the shm matrix (PYDOCA_OFI_SHM_MATRIX=1) runs it")
-    _suite(["tests/test_rdma.py"], OFI_KNOWN, ofi("shm"), "not netns and not slices_spread_over_devices")
+    jobs.check(request.node.name)
 
 
 @pytest.mark.parametrize("doorbell", ["default", "0"])
-def test_shm_messages_take_libfabric_where_shm_has_its_doorbell(doorbell: str) -> None:
+def test_shm_messages_take_libfabric_where_shm_has_its_doorbell(doorbell: str, jobs: SuiteJobs,
+                                                                request: pytest.FixtureRequest) -> None:
     """ofi over shm: with its doorbell (on by default where softdoca's lock watch runs: libfabric 1.17 to 1.19) sends
     and immediates take libfabric; without it (SOFTDOCA_OFI_DOORBELL=0, a polled provider) the native link. The
     test counts which (tests/test_rdma.py: the expectation comes from libfabric's version, not from softdoca)."""
-    env = ofi("shm") if doorbell == "default" else {**ofi("shm"), "SOFTDOCA_OFI_DOORBELL": "0"}
-    _suite(["tests/test_rdma.py::test_send_receive_and_immediates"], [], env)
+    spec = _specs()[request.node.name]
+    _check(jobs, request, spec.tests, [], spec.env)
 
 
 def test_a_fabric_that_cannot_start_is_an_error_not_a_fallback() -> None:

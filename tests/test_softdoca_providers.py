@@ -11,6 +11,18 @@ from pathlib import Path
 import pytest
 
 SOFTDOCA = Path(__file__).resolve().parent.parent / "softdoca"
+# Under tools/test-sanitized.sh the provider tests are the ASan+UBSan builds (make check-providers-asan,
+# check-providers-ofi-asan), run without the interpreter's preloaded runtime (they carry their own)
+ASAN = os.environ.get("PYDOCA_TEST_SANITIZER") == "asan"
+SUFFIX = "-asan" if ASAN else ""
+
+
+def _make_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("NOHOLD", "NOMSG")}
+    if ASAN:
+        for k in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS"):
+            env.pop(k, None)
+    return env
 
 
 def _have_ucx():
@@ -24,9 +36,8 @@ pytestmark = pytest.mark.skipif(not (shutil.which("make") and _have_ucx()),
 
 @pytest.mark.parametrize("tls", ["tcp", "posix,cma"])
 def test_ucx_provider(tls):
-    env = {k: v for k, v in os.environ.items() if k not in ("NOHOLD", "NOMSG")}
-    r = subprocess.run(["make", "-s", "-C", str(SOFTDOCA), "check-providers", f"PROV_TLS={tls}"],
-                       capture_output=True, text=True, timeout=600, env=env)
+    r = subprocess.run(["make", "-s", "-C", str(SOFTDOCA), f"check-providers{SUFFIX}", f"PROV_TLS={tls}"],
+                       capture_output=True, text=True, timeout=600, env=_make_env())
     out = r.stdout + r.stderr
     assert "SKIP" not in out, out
     assert r.returncode == 0, out[-6000:]
@@ -47,8 +58,8 @@ def _have_ofi() -> bool:
 def test_ofi_provider() -> None:
     """The ofi provider's negotiation unit test (verbs-like, efa-like shapes) and its two-process test under
     FI_PROVIDER=tcp and shm, each also with the emulated paths forced (SOFTDOCA_OFI_EMULATE)."""
-    r = subprocess.run(["make", "-s", "-C", str(SOFTDOCA), "check-providers-ofi"], capture_output=True, text=True,
-                       timeout=900)
+    r = subprocess.run(["make", "-s", "-C", str(SOFTDOCA), f"check-providers-ofi{SUFFIX}"], capture_output=True,
+                       text=True, timeout=900, env=_make_env())
     out = r.stdout + r.stderr
     assert "SKIP" not in out, out
     assert r.returncode == 0, out[-6000:]

@@ -12,10 +12,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import pytest
 from peer_util import Proc, free_port
+from suite_jobs import Spec, SuiteJobs, run_one
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -84,37 +85,41 @@ def _probe(*args: str, env: Dict[str, str], timeout: float = 60) -> str:
 
 
 def _suite(tests: List[str], deselect: List[str], env: Dict[str, str], keyword: str = "") -> None:
-    # -v: each test's name is printed as it starts, so a run cut by the timeout names the test it hung in
-    argv = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", *tests] + (["-k", keyword] if keyword else [])
-    for test in deselect:
-        argv += ["--deselect", test]
-    try:
-        r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=840, cwd=ROOT)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        pytest.fail(f"{' '.join(tests)} under {env.get('SOFTDOCA_PROVIDER')} ({env.get('UCX_TLS') or env.get('FI_PROVIDER')}) "
-                    f"did not finish within 840 s; its last output:\n{out[-3000:]}")
-    tail = (r.stdout + r.stderr)[-4000:]
-    assert r.returncode == 0, tail
-    last = tail.strip().splitlines()[-1]
-    assert " passed" in last and "failed" not in last and "error" not in last, tail
+    """One child run in the foreground (the matrix tests use `jobs`: their runs two at a time)."""
+    run_one(Spec(tests, deselect, env, keyword))
+
+
+def _specs() -> Dict[str, Spec]:
+    """The child runs of this module's matrix tests, by test name, longest first."""
+    specs = {f"test_the_cross_process_suites_pass_under_ucx[{tls}]":
+             Spec(SUITES, TLS[tls], _env(SOFTDOCA_PROVIDER="ucx", UCX_TLS=tls), SKIP_K[tls]) for tls in sorted(TLS)}
+    specs["test_between_two_namespaces_under_ucx_over_tcp"] = Spec(NETNS, [], _env(**UCX))
+    specs["test_messages_stay_native_when_asked"] = Spec(MSG_NATIVE, [], _env(**UCX, SOFTDOCA_PROVIDER_MESSAGES="0"))
+    return specs
+
+
+@pytest.fixture(scope="module")
+def jobs(request: pytest.FixtureRequest) -> Iterator[SuiteJobs]:
+    collected = [i.name for i in request.session.items if i.module is request.module]
+    with SuiteJobs(_specs(), collected) as j:
+        yield j
 
 
 @pytest.mark.parametrize("tls", sorted(TLS))
-def test_the_cross_process_suites_pass_under_ucx(tls: str) -> None:
+def test_the_cross_process_suites_pass_under_ucx(tls: str, jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
     """RDMA, peer, batch, sync-event, transfer, sample and C-program tests with UCX over tcp and over shared
     memory (posix + cma: what UCX picks for two processes on one host)."""
-    _suite(SUITES, TLS[tls], _env(SOFTDOCA_PROVIDER="ucx", UCX_TLS=tls), SKIP_K[tls])
+    jobs.check(request.node.name)
 
 
-def test_messages_stay_native_when_asked() -> None:
+def test_messages_stay_native_when_asked(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
     """SOFTDOCA_PROVIDER_MESSAGES=0: sends and immediates on the native link, nothing of them through UCX (the RDMA
     tests assert no message went through the provider), one-sided operations still through UCX."""
-    _suite(MSG_NATIVE, [], _env(**UCX, SOFTDOCA_PROVIDER_MESSAGES="0"))
+    jobs.check(request.node.name)
 
 
-def test_between_two_namespaces_under_ucx_over_tcp() -> None:
-    _suite(NETNS, [], _env(**UCX))
+def test_between_two_namespaces_under_ucx_over_tcp(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+    jobs.check(request.node.name)
 
 
 @pytest.mark.parametrize("tls,want", [("tcp", "tcp"), ("posix,cma", "posix,cma")])

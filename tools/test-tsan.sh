@@ -27,7 +27,7 @@ run() {
   local envs=$1
   shift
   # shellcheck disable=SC2086
-  env $envs PYDOCA_SOFTDOCA_LIB="$lib" PYDOCA_BACKEND=soft LD_PRELOAD="$tsan" \
+  env $envs PYDOCA_SOFTDOCA_LIB="$lib" PYDOCA_BACKEND=soft PYDOCA_TEST_SANITIZER=tsan LD_PRELOAD="$tsan" \
     TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$PWD/softdoca/tsan.supp" \
     "$py" -m pytest -p no:cacheprovider -q "$@"
 }
