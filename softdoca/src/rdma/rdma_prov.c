@@ -250,7 +250,8 @@ static int prov_progress(void)
 	return n;
 }
 
-static int prov_arm(int *sleep_ms)
+/* Progress the provider, then (arm) arm its fd for a sleep. 1: progress again before sleeping. */
+static int prov_turn(int *sleep_ms, int arm)
 {
 	uint64_t now, due;
 
@@ -263,6 +264,8 @@ static int prov_arm(int *sleep_ms)
 	pm_flush();
 	if (broken_head)
 		return 1; /* progress again first: it breaks them */
+	if (!arm)
+		return 0;
 	if (P.ops->arm(P.p, sleep_ms) != DOCA_SUCCESS)
 		return 1;
 	now = sd_now_ns();
@@ -274,6 +277,11 @@ static int prov_arm(int *sleep_ms)
 			*sleep_ms = ms;
 	}
 	return 0;
+}
+
+static int prov_arm(int *sleep_ms)
+{
+	return prov_turn(sleep_ms, 1);
 }
 
 /* The engine stops: what closed connections still send (acknowledgements of
@@ -1417,18 +1425,23 @@ int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_li
  * armed fd, as it would after its own arm. While the application polls the
  * provider itself (sd_eng_app_polls) even work for now waits for that poll,
  * for its going to sleep (which hands the provider back) or for the engine's
- * look a millisecond later at most. A polled provider (nothing wakes the
+ * look a millisecond later at most; and as the engine does not watch the
+ * provider's fd meanwhile, this thread only progresses it: an arm would buy
+ * nothing and cost, per operation, system calls here and a signal from the
+ * peer's next message (UCX on shared memory: an eventfd read and a socket
+ * drain here, a datagram there). A polled provider (nothing wakes the
  * engine for what peers post) is woken as before. */
 void sd_prov_submit_end(void)
 {
 	uint64_t until;
-	int ms = -1;
+	int ms = -1, app;
 
 	if (!P.kick_due || P.kicked)
 		return;
 	P.kick_due = 0;
 	until = sd_eng_sleep_until_ns();
-	if (!until || !P.p || P.polled || P.in_progress || (prov_arm(&ms) && !sd_eng_app_polls()) || plost_head ||
+	app = until && P.p && !P.polled && !P.in_progress && sd_eng_app_polls();
+	if (!until || !P.p || P.polled || P.in_progress || (prov_turn(&ms, !app) && !app) || plost_head ||
 	    plinger_head || deferred || (ms >= 0 && sd_now_ns() + (uint64_t)ms * 1000000ull < until)) {
 		P.kicked = 1;
 		sd_eng_kick();
