@@ -125,6 +125,10 @@ enum sd_prov_cap_flag {
 					      * only after arm() (an eventfd it clears): an engine that polls
 					      * progress() need not arm on each turn, and ignores the fd's
 					      * readiness until it arms again */
+	SD_PROV_CAP_ARM_SIGNALS = 1u << 9,   /* once armed, a peer's next message signals this instance (a
+					      * system call on each side: UCX's shared-memory FIFO, ofi shm's
+					      * doorbell): a caller that progresses it anyway leaves it unarmed.
+					      * Depends on the transports in use: query again once connected */
 };
 
 struct sd_prov_caps {

@@ -57,6 +57,7 @@ static struct {
 	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
 	int polled;                           /* caps: SD_PROV_CAP_POLLED */
 	int spin_unarmed;                     /* caps: SD_PROV_CAP_SPIN_UNARMED */
+	int arm_signals;                      /* caps: SD_PROV_CAP_ARM_SIGNALS (queried again as connections come up) */
 	int kicked;                           /* a submit woke the engine since the provider was last progressed */
 	int defer_kick;                       /* inside sd_prov_try: sd_prov_submit_end decides */
 	int kick_due;                         /* a deferred submit left work: decided at the flush */
@@ -377,6 +378,7 @@ static doca_error_t prov_open(void)
 			P.max_iov = caps.max_iov;
 			P.polled = !!(caps.flags & SD_PROV_CAP_POLLED);
 			P.spin_unarmed = !!(caps.flags & SD_PROV_CAP_SPIN_UNARMED);
+			P.arm_signals = !!(caps.flags & SD_PROV_CAP_ARM_SIGNALS);
 			/* messages through the provider unless SOFTDOCA_PROVIDER_MESSAGES=0, or unset
 			 * where the provider is polled: each message and its answer would wait for
 			 * the peer's polling (ofi shm without its doorbell: ~1 ms; docs/providers.md) */
@@ -763,6 +765,13 @@ static void on_conn_event(void *arg, struct sd_prov_conn *conn, void *conn_ctx, 
 		c->pready = 1;
 		if (P.ops->conn_transport)
 			P.ops->conn_transport(conn, c->ptransport, sizeof(c->ptransport));
+		if (!P.arm_signals) { /* the transports in use decide it */
+			struct sd_prov_caps caps;
+
+			memset(&caps, 0, sizeof(caps));
+			P.ops->query_caps(P.p, &caps);
+			P.arm_signals = !!(caps.flags & SD_PROV_CAP_ARM_SIGNALS);
+		}
 		break;
 	case SD_PROV_EV_REJECTED:
 	case SD_PROV_EV_FAILED:
@@ -1426,11 +1435,14 @@ int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_li
  * provider itself (sd_eng_app_polls) even work for now waits for that poll,
  * for its going to sleep (which hands the provider back) or for the engine's
  * look a millisecond later at most; and as the engine does not watch the
- * provider's fd meanwhile, this thread only progresses it: an arm would buy
- * nothing and cost, per operation, system calls here and a signal from the
- * peer's next message (UCX on shared memory: an eventfd read and a socket
- * drain here, a datagram there). A polled provider (nothing wakes the
- * engine for what peers post) is woken as before. */
+ * provider's fd meanwhile, this thread only progresses a provider whose arm
+ * makes peers signal it (SD_PROV_CAP_ARM_SIGNALS): the arm would buy nothing
+ * and cost, per operation, system calls here and a signal from the peer's
+ * next message (UCX on shared memory: an eventfd read and a socket drain
+ * here, a datagram there). (Over tcp the arm costs no peer anything, and
+ * leaving it out measured ~20% fewer batched small writes.) A polled
+ * provider (nothing wakes the engine for what peers post) is woken as
+ * before. */
 void sd_prov_submit_end(void)
 {
 	uint64_t until;
@@ -1440,7 +1452,7 @@ void sd_prov_submit_end(void)
 		return;
 	P.kick_due = 0;
 	until = sd_eng_sleep_until_ns();
-	app = until && P.p && !P.polled && !P.in_progress && sd_eng_app_polls();
+	app = until && P.p && !P.polled && !P.in_progress && P.arm_signals && sd_eng_app_polls();
 	if (!until || !P.p || P.polled || P.in_progress || (prov_turn(&ms, !app) && !app) || plost_head ||
 	    plinger_head || deferred || (ms >= 0 && sd_now_ns() + (uint64_t)ms * 1000000ull < until)) {
 		P.kicked = 1;

@@ -915,6 +915,8 @@ static void o_query_caps(struct sd_prov *p, struct sd_prov_caps *caps)
 		caps->flags |= SD_PROV_CAP_ONE_SIDED_NO_TARGET;
 	if (p->poll_only && p->bell_fd < 0)
 		caps->flags |= SD_PROV_CAP_POLLED;
+	if (p->bell_fd >= 0) /* shm's doorbell: an armed instance is rung by its peers */
+		caps->flags |= SD_PROV_CAP_ARM_SIGNALS;
 	caps->max_msg = p->ch.max_msg < (1ull << 30) ? p->ch.max_msg : (1ull << 30);
 	caps->max_iov = OFI_MAX_IOV;
 	caps->max_priv = p->ch.cm ? (uint32_t)p->max_priv : 0;

@@ -435,6 +435,10 @@ static void u_caps(struct sd_prov *p, struct sd_prov_caps *caps)
 	caps->flags = SD_PROV_CAP_OOB | SD_PROV_CAP_CM | SD_PROV_CAP_FD | SD_PROV_CAP_CHECK_REQUESTER |
 		      SD_PROV_CAP_SPIN_UNARMED |
 		      (verbs ? SD_PROV_CAP_ATOMIC_NATIVE | SD_PROV_CAP_ONE_SIDED_NO_TARGET : 0);
+	/* UCX's shared-memory transports (mm: posix, sysv, xpmem): ucp_worker_arm sets the FIFO's armed
+	 * flag, and the next sender sends a datagram that the next arm drains */
+	if (strstr(p->transport, "posix") || strstr(p->transport, "sysv") || strstr(p->transport, "xpmem"))
+		caps->flags |= SD_PROV_CAP_ARM_SIGNALS;
 	caps->max_msg = 1ull << 30;
 	caps->max_iov = MAX_IOV;
 	caps->max_priv = SD_PROV_MAX_PRIV;
