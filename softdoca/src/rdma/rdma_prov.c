@@ -1446,14 +1446,15 @@ int sd_prov_try(struct sd_rtask *t, struct doca_rdma_connection *c, struct sd_li
 void sd_prov_submit_end(void)
 {
 	uint64_t until;
-	int ms = -1, app;
+	int ms = -1, app, noarm;
 
 	if (!P.kick_due || P.kicked)
 		return;
 	P.kick_due = 0;
 	until = sd_eng_sleep_until_ns();
-	app = until && P.p && !P.polled && !P.in_progress && P.arm_signals && sd_eng_app_polls();
-	if (!until || !P.p || P.polled || P.in_progress || (prov_turn(&ms, !app) && !app) || plost_head ||
+	app = sd_eng_app_polls(); /* engine lock held: the engine changes it under it */
+	noarm = app && P.arm_signals;
+	if (!until || !P.p || P.polled || P.in_progress || (prov_turn(&ms, !noarm) && !app) || plost_head ||
 	    plinger_head || deferred || (ms >= 0 && sd_now_ns() + (uint64_t)ms * 1000000ull < until)) {
 		P.kicked = 1;
 		sd_eng_kick();
