@@ -101,8 +101,8 @@ class SuiteJobs:
         except OSError:
             pass
 
-    def _start(self, name: str, job: _Job) -> None:
-        job.out = self.dir / f"{sorted(self.jobs).index(name)}.log"
+    def _start(self, index: int, job: _Job) -> None:
+        job.out = self.dir / f"{index}.log"
         with open(job.out, "wb") as f:
             job.popen = subprocess.Popen(job.spec.argv(), stdout=f, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=job.spec.env, cwd=ROOT)
@@ -117,13 +117,13 @@ class SuiteJobs:
 
     def _run_all(self) -> None:
         # in the order given (the module lists its longest runs first)
-        queue = list(self.jobs.items())
+        queue = list(enumerate(self.jobs.values()))
         running: List[_Job] = []
         deadline = time.monotonic() + RUN_S
         while (queue or running) and time.monotonic() < deadline:
             while queue and len(running) < self.width:
-                name, job = queue.pop(0)
-                self._start(name, job)
+                index, job = queue.pop(0)
+                self._start(index, job)
                 running.append(job)
             time.sleep(0.2)
             for job in list(running):

@@ -17,7 +17,7 @@ from typing import Dict, Iterator
 
 import pytest
 from peer_util import free_port
-from suite_jobs import Spec, SuiteJobs
+from suite_jobs import Spec, SuiteJobs, run_one
 from test_softdoca_ucx import HERE, KNOWN, NETNS, ROOT, SANITIZED, SUITES, _env, _probe, _server, _suite
 
 
@@ -85,17 +85,18 @@ def jobs(request: pytest.FixtureRequest) -> Iterator[SuiteJobs]:
         yield j
 
 
-def _check(jobs: SuiteJobs, request: pytest.FixtureRequest, *fallback: object) -> None:
+def _check(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+    """This test's child run: from the module's jobs, or alone (the gated shm matrix keeps runs one by one)."""
     if request.node.name in jobs.jobs:
         jobs.check(request.node.name)
     else:
-        _suite(*fallback)  # type: ignore[arg-type]
+        run_one(_specs()[request.node.name])
 
 
 @pytest.mark.parametrize("fabric", sorted(FABRICS))
 def test_the_cross_process_suites_pass_under_ofi(fabric: str, jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
     if fabric != "shm":
-        _check(jobs, request, SUITES, OFI_KNOWN, ofi(fabric), FABRICS[fabric])
+        _check(jobs, request)
         return
     for suite in SUITES:
         if suite not in ISOLATE:
@@ -112,12 +113,11 @@ def test_the_cross_process_suites_pass_under_ofi(fabric: str, jobs: SuiteJobs, r
 
 def test_messages_stay_native_when_asked(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
     """SOFTDOCA_PROVIDER_MESSAGES=0: sends and immediates on the native link, nothing of them through libfabric."""
-    spec = _specs()[request.node.name]
-    _check(jobs, request, spec.tests, [], spec.env)
+    _check(jobs, request)
 
 
 def test_between_two_namespaces_under_ofi_over_tcp(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
-    _check(jobs, request, NETNS, [], ofi("tcp"))
+    _check(jobs, request)
 
 
 @pytest.mark.parametrize("fabric", ["shm", "tcp"])    # both always (only the matrix's shm run is gated)
@@ -147,8 +147,7 @@ def test_shm_messages_take_libfabric_where_shm_has_its_doorbell(doorbell: str, j
     """ofi over shm: with its doorbell (on by default where softdoca's lock watch runs: libfabric 1.17 to 1.19) sends
     and immediates take libfabric; without it (SOFTDOCA_OFI_DOORBELL=0, a polled provider) the native link. The
     test counts which (tests/test_rdma.py: the expectation comes from libfabric's version, not from softdoca)."""
-    spec = _specs()[request.node.name]
-    _check(jobs, request, spec.tests, [], spec.env)
+    _check(jobs, request)
 
 
 def test_a_fabric_that_cannot_start_is_an_error_not_a_fallback() -> None:
