@@ -127,13 +127,14 @@ def deadline(seconds: float) -> float:
 def forge_export(blob: bytes, *, length: Optional[int] = None, key_xor: int = 0) -> bytes:
     """Re-sign a softdoca mmap descriptor with a changed range or key, as an
     attacker (or a stale copy) would: the target must still refuse access.
-    Layout (docs/softdoca-contract.md): ..., len @32, key @44..60, CRC-32 @78."""
+    Layout (docs/softdoca-contract.md): ..., len @32, key @44..60, CRC-32 @78; under a provider (ucx, ofi)
+    its section follows the 82 bytes, kept as it is (it holds the provider's own key)."""
     import struct
     import zlib
-    b = bytearray(blob)
-    assert len(b) == 82, "softdoca descriptor layout changed"
+    b = bytearray(blob[:82])
+    assert len(blob) == 82 or blob[82:86] == b"SDPB", "softdoca descriptor layout changed"
     if length is not None:
         struct.pack_into("<Q", b, 32, length)
     b[44] ^= key_xor
     struct.pack_into("<I", b, 78, zlib.crc32(bytes(b[:78])) & 0xFFFFFFFF)
-    return bytes(b)
+    return bytes(b) + blob[82:]

@@ -826,6 +826,8 @@ struct sd_xpeer;
 /* Try t on the same-host transport of link (engine lock held): 1 when done
  * (its completion is queued), 0 to go over TCP. */
 int sd_xport_try(struct sd_rtask *t, struct sd_link *link);
+int sd_xport_check(const struct sd_link *link, const struct doca_mmap *m, uint64_t raddr, uint64_t len,
+		   uint32_t need);
 void sd_xport_peer_free(struct sd_xpeer *x);
 /* Handshake frames (HELLO, HELLO_ACK, CM_REQ, CM_ACCEPT) carry this
  * process's table in header fields older peers ignore. */

@@ -53,6 +53,7 @@ static struct {
 	uint32_t max_iov;                     /* the instance's caps.max_iov */
 	int in_progress;                      /* inside the provider's progress (its callbacks run) */
 	uint64_t msgs_sent, msgs_answered;    /* two-sided messages through the provider (a test reads them) */
+	uint64_t table_refused;               /* one-sided ops a same-host target's table refused (native link) */
 	int no_msg;                           /* messages stay on the native link (see prov_open) */
 	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
 	int polled;                           /* caps: SD_PROV_CAP_POLLED */
@@ -1187,6 +1188,25 @@ static int refused(struct sd_rtask *t, struct doca_rdma_connection *c, const str
 	return 1;
 }
 
+/* On a peer of this host whose registration table is mapped, the target's
+ * live table decides, as it does for a same-host copy: an operation it does
+ * not grant (a stopped map, a forged key or range) leaves the provider and
+ * takes the native link, where the target refuses it with its reason and the
+ * connection breaks (RC semantics). Elsewhere the descriptor's checks above
+ * stand (docs/providers.md, "What each provider enforces"). */
+static int table_refuses(const struct sd_rtask *t, const struct doca_rdma_connection *c, const struct doca_mmap *m,
+			 uint64_t raddr)
+{
+	uint32_t need = t->type == SD_T_WRITE || t->type == SD_T_WRITE_IMM ? DOCA_ACCESS_FLAG_RDMA_WRITE
+			: t->type == SD_T_READ ? DOCA_ACCESS_FLAG_RDMA_READ : DOCA_ACCESS_FLAG_RDMA_ATOMIC;
+	uint64_t len = t->type == SD_T_CMP_SWP || t->type == SD_T_FETCH_ADD ? 8 : t->xfer_len;
+
+	if (sd_xport_check(c->link, m, raddr, len, need) != 0)
+		return 0;
+	P.table_refused++;
+	return 1;
+}
+
 /* The local buffers of t, with their registration with the provider where
  * they lie in a started local map (every one has one), so the library need
  * not register or bounce them per operation. */
@@ -1252,6 +1272,8 @@ static int msg_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 		raddr = (uint64_t)(uintptr_t)r->data;
 		if (refused(t, c, r->mmap, raddr))
 			return 1;
+		if (table_refuses(t, c, r->mmap, raddr))
+			return 0;
 		w = tok_new(c, NULL, PK_SUB);
 		if (!w) {
 			sd_rtask_fail(t, DOCA_ERROR_NO_MEMORY, "provider %s: no memory for the operation", P.ops->name);
@@ -1348,6 +1370,8 @@ static int prov_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 	raddr = (uint64_t)(uintptr_t)r->data;
 	if (refused(t, c, r->mmap, raddr))
 		return 1;
+	if (table_refuses(t, c, r->mmap, raddr))
+		return 0;
 	n = local_iov(t, iov, (int)SD_RDMA_MAX_BUF_LIST);
 	if (n < 0)
 		return 0;
@@ -1507,11 +1531,13 @@ long sd_prov_counter(const char *name)
 	long v = -1;
 	int took;
 
-	if (!P.p || !P.ops->counter)
+	int bridge = !strcmp(name, "table_refused"); /* the bridge's own */
+
+	if (!P.p || (!bridge && !P.ops->counter))
 		return -1;
 	lock_engine(&took);
 	if (P.p)
-		v = P.ops->counter(P.p, name);
+		v = bridge ? (long)P.table_refused : P.ops->counter(P.p, name);
 	unlock_engine(took);
 	return v;
 }

@@ -699,6 +699,43 @@ int sd_xport_try(struct sd_rtask *t, struct sd_link *l)
 	return 1;
 }
 
+/* ---------------------------------------------------------------- the provider bridge's check */
+/* A one-sided operation a provider is to carry to a peer of this host whose
+ * table is mapped (SOFTDOCA_PROVIDER with SOFTDOCA_TRANSPORT auto or shm):
+ * whether the target's live table grants it (map published and VALID, map id
+ * and key, bounds, the map's and the target context's permissions), as a
+ * same-host copy checks. 1: granted; 0: refused (the caller sends it over the
+ * native link, where the target refuses it with its reason, as it does for a
+ * same-host copy); -1: no table for this peer (the descriptor's checks stand).
+ * Unlike a copy, the operation is not held against the map's revocation while
+ * the provider carries it: a stop racing an operation in flight may still see
+ * it land (docs/providers.md). Engine lock held. */
+int sd_xport_check(const struct sd_link *l, const struct doca_mmap *m, uint64_t raddr, uint64_t len, uint32_t need)
+{
+	struct sd_xpeer *x = l ? l->xpeer : NULL;
+	struct sd_xt_slot *e;
+	uint64_t base, elen;
+	uint32_t perms;
+	uint8_t key[SD_KEY_LEN];
+
+	if (!x || !x->ready || !m || !m->remote || m->peer_instance != x->instance)
+		return -1;
+	if ((x->ctx_perms & need) != need)
+		return 0;
+	e = peer_lookup(x, m->id);
+	if (!e)
+		return 0;
+	base = e->base;
+	elen = e->len;
+	perms = e->perms;
+	memcpy(key, e->key, SD_KEY_LEN);
+	/* read the fields, then the state again: a slot the target rewrote meanwhile is not VALID for this id */
+	if (atomic_load(&e->state) != XS_VALID || e->id != m->id)
+		return 0;
+	return key_eq(key, m->key) && raddr >= base && raddr + len >= raddr && len <= elen && raddr - base <= elen - len &&
+	       (perms & need) == need;
+}
+
 /* ---------------------------------------------------------------- extension */
 SD_EXPORT const char *softdoca_transport_name(const struct doca_rdma_connection *conn)
 {
