@@ -38,14 +38,11 @@ run "" "${tests[@]}"
 # TSan's interceptors: they are turned off.
 if [ $# -eq 0 ]; then
   has() { echo "#include <$1>" | gcc -E -x c - >/dev/null 2>&1; }
-  known=(--deselect "tests/test_rdma.py::test_out_of_bounds_and_wrong_key_and_stopped_mmap[bounds]"
-         --deselect "tests/test_rdma.py::test_out_of_bounds_and_wrong_key_and_stopped_mmap[key]"
-         --deselect "tests/test_rdma.py::test_out_of_bounds_and_wrong_key_and_stopped_mmap[stopped]")
   if has ucp/api/ucp.h; then
     run "SOFTDOCA_PROVIDER=ucx UCX_TLS=tcp UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none" \
-      tests/test_rdma.py tests/test_peer_rdma.py "${known[@]}"
+      tests/test_rdma.py tests/test_peer_rdma.py
   fi
   if has rdma/fabric.h; then
-    run "SOFTDOCA_PROVIDER=ofi FI_PROVIDER=tcp" tests/test_rdma.py tests/test_peer_rdma.py "${known[@]}"
+    run "SOFTDOCA_PROVIDER=ofi FI_PROVIDER=tcp" tests/test_rdma.py tests/test_peer_rdma.py
   fi
 fi
