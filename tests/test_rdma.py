@@ -80,9 +80,8 @@ def test_small_writes_land_and_a_read_behind_them_sees_them(local: Local, peer: 
     n_w = 120                                              # two buffers each, in an inventory of 256
     conn, started = connect(local, peer, "oob", size=n_w * 1024)
     ucx = os.environ.get("SOFTDOCA_PROVIDER") == "ucx"
-    deadline = time.monotonic() + 10
-    while ucx and conn_transports(conn._c)[1] is None and time.monotonic() < deadline:
-        time.sleep(0.01)                                   # the provider's connection comes up just after
+    if ucx:
+        _await_provider(conn)                              # the provider's connection comes up just after
     counter = soft_fn("softdoca_debug_counter", ctypes.c_long, ctypes.c_char_p)
     before = counter(b"provider:amw_writes") if counter else -1
     sizes = [1 + (i * 37) % 1024 for i in range(n_w)]
@@ -234,10 +233,17 @@ def _provider_up(conn: Any) -> bool:
     if (env("SOFTDOCA_PROVIDER") == "ofi" and env("FI_PROVIDER") == "shm" and _ofi_shm_polled()
             and env("SOFTDOCA_PROVIDER_MESSAGES") != "1"):
         return False  # a polled provider: messages stay native unless asked (docs/providers.md)
+    _await_provider(conn)
+    return True
+
+
+def _await_provider(conn: Any) -> bool:
+    """Wait (10 s at most) until conn's provider connection is up (it comes up just after the native one);
+    whether it is."""
     deadline = time.monotonic() + 10
     while conn_transports(conn._c)[1] is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    return True
+    return conn_transports(conn._c)[1] is not None
 
 
 def _provider_messages() -> Tuple[int, int]:
@@ -341,10 +347,7 @@ def test_out_of_bounds_and_wrong_key_and_stopped_mmap(local: Local, peer: PeerPr
     provider = os.environ.get("SOFTDOCA_PROVIDER") in ("ucx", "ofi")
     counter = soft_fn("softdoca_debug_counter", ctypes.c_long, ctypes.c_char_p)
     if provider:
-        deadline = time.monotonic() + 10
-        while conn_transports(conn._c)[1] is None and time.monotonic() < deadline:
-            time.sleep(0.01)                                  # the provider's connection comes up just after
-        assert conn_transports(conn._c)[1] is not None, "the provider's connection never came up"
+        assert _await_provider(conn), "the provider's connection never came up"
     refused_before = counter(b"provider:table_refused") if provider else 0
     blob = base64.b64decode(started["mmap"])
     lm = local.local(pattern(4096))

@@ -1153,14 +1153,25 @@ static int link_idle(const struct sd_link *l)
  * here with the target's words, and the connection breaks as at a target.
  * (On fabrics that enforce access, the fabric checks again; on tcp, shared
  * memory and cma nothing else does: see docs/softdoca-contract.md.) */
+/* The right a one-sided operation needs at the target, and the bytes it reaches there. */
+static uint32_t op_need(const struct sd_rtask *t)
+{
+	return t->type == SD_T_WRITE || t->type == SD_T_WRITE_IMM ? DOCA_ACCESS_FLAG_RDMA_WRITE
+	       : t->type == SD_T_READ ? DOCA_ACCESS_FLAG_RDMA_READ : DOCA_ACCESS_FLAG_RDMA_ATOMIC;
+}
+
+static uint64_t op_len(const struct sd_rtask *t)
+{
+	return t->type == SD_T_CMP_SWP || t->type == SD_T_FETCH_ADD ? 8 : t->xfer_len;
+}
+
 static int refused(struct sd_rtask *t, struct doca_rdma_connection *c, const struct doca_mmap *m, uint64_t raddr)
 {
 	static const uint8_t opcode[SD_T_NUM] = {[SD_T_WRITE] = SD_OP_WRITE, [SD_T_READ] = SD_OP_READ,
 						 [SD_T_CMP_SWP] = SD_OP_CMP_SWP, [SD_T_FETCH_ADD] = SD_OP_FETCH_ADD,
 						 [SD_T_WRITE_IMM] = SD_OP_WRITE_IMM};
-	uint32_t need = t->type == SD_T_WRITE || t->type == SD_T_WRITE_IMM ? DOCA_ACCESS_FLAG_RDMA_WRITE
-			: t->type == SD_T_READ ? DOCA_ACCESS_FLAG_RDMA_READ : DOCA_ACCESS_FLAG_RDMA_ATOMIC;
-	uint64_t len = t->type == SD_T_CMP_SWP || t->type == SD_T_FETCH_ADD ? 8 : t->xfer_len;
+	uint32_t need = op_need(t);
+	uint64_t len = op_len(t);
 	uint64_t base = (uint64_t)(uintptr_t)m->addr;
 	struct sd_nak_info nak = {.code = SD_NAK_NONE, .map_id = m->id, .base = base, .len = m->len};
 	char d[SD_DETAIL_LEN];
@@ -1197,11 +1208,7 @@ static int refused(struct sd_rtask *t, struct doca_rdma_connection *c, const str
 static int table_refuses(const struct sd_rtask *t, const struct doca_rdma_connection *c, const struct doca_mmap *m,
 			 uint64_t raddr)
 {
-	uint32_t need = t->type == SD_T_WRITE || t->type == SD_T_WRITE_IMM ? DOCA_ACCESS_FLAG_RDMA_WRITE
-			: t->type == SD_T_READ ? DOCA_ACCESS_FLAG_RDMA_READ : DOCA_ACCESS_FLAG_RDMA_ATOMIC;
-	uint64_t len = t->type == SD_T_CMP_SWP || t->type == SD_T_FETCH_ADD ? 8 : t->xfer_len;
-
-	if (sd_xport_check(c->link, m, raddr, len, need) != 0)
+	if (sd_xport_check(c->link, m, raddr, op_len(t), op_need(t)) != 0)
 		return 0;
 	P.table_refused++;
 	return 1;
@@ -1529,9 +1536,7 @@ static void release_held(struct doca_rdma_connection *c)
 long sd_prov_counter(const char *name)
 {
 	long v = -1;
-	int took;
-
-	int bridge = !strcmp(name, "table_refused"); /* the bridge's own */
+	int took, bridge = !strcmp(name, "table_refused"); /* the bridge's own */
 
 	if (!P.p || (!bridge && !P.ops->counter))
 		return -1;

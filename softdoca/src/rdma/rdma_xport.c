@@ -563,6 +563,17 @@ static struct sd_xt_slot *peer_lookup(struct sd_xpeer *x, uint64_t id)
 	return NULL;
 }
 
+/* Whether slot e (found for m's id) grants len bytes at raddr with the rights
+ * need: VALID for that id, m's key, inside the range, the map's rights. */
+static int slot_grants(const struct sd_xt_slot *e, const struct doca_mmap *m, uint64_t raddr, uint64_t len,
+		       uint32_t need)
+{
+	uint64_t base = e->base, elen = e->len;
+
+	return atomic_load(&e->state) == XS_VALID && e->id == m->id && key_eq(e->key, m->key) && raddr >= base &&
+	       raddr + len >= raddr && len <= elen && raddr - base <= elen - len && (e->perms & need) == need;
+}
+
 /* The copy itself: application memory of two processes, by design outside
  * any synchronisation TSan can see (softdoca/tsan.supp). */
 __attribute__((noinline)) static ssize_t sd_xport_copy(pid_t pid, int write, const struct iovec *liov, int ln,
@@ -642,7 +653,7 @@ int sd_xport_try(struct sd_rtask *t, struct sd_link *l)
 	const struct doca_mmap *m;
 	struct sd_xt_slot *e;
 	uint32_t need;
-	uint64_t raddr, len, base, elen;
+	uint64_t raddr, len, base;
 	struct iovec ri;
 	ssize_t n;
 	int ok, write;
@@ -672,9 +683,7 @@ int sd_xport_try(struct sd_rtask *t, struct sd_link *l)
 		return 0;
 	atomic_fetch_add(&e->inuse, 1); /* seq_cst: pairs with the target's REVOKED store */
 	base = e->base;
-	elen = e->len;
-	ok = atomic_load(&e->state) == XS_VALID && e->id == m->id && key_eq(e->key, m->key) && raddr >= base &&
-	     raddr + len >= raddr && len <= elen && raddr - base <= elen - len && (e->perms & need) == need;
+	ok = slot_grants(e, m, raddr, len, need);
 	n = -1;
 	if (ok) {
 		uint8_t *shared = peer_shared(x, e, m->id);
@@ -714,26 +723,13 @@ int sd_xport_check(const struct sd_link *l, const struct doca_mmap *m, uint64_t 
 {
 	struct sd_xpeer *x = l ? l->xpeer : NULL;
 	struct sd_xt_slot *e;
-	uint64_t base, elen;
-	uint32_t perms;
-	uint8_t key[SD_KEY_LEN];
 
 	if (!x || !x->ready || !m || !m->remote || m->peer_instance != x->instance)
 		return -1;
 	if ((x->ctx_perms & need) != need)
 		return 0;
 	e = peer_lookup(x, m->id);
-	if (!e)
-		return 0;
-	base = e->base;
-	elen = e->len;
-	perms = e->perms;
-	memcpy(key, e->key, SD_KEY_LEN);
-	/* read the fields, then the state again: a slot the target rewrote meanwhile is not VALID for this id */
-	if (atomic_load(&e->state) != XS_VALID || e->id != m->id)
-		return 0;
-	return key_eq(key, m->key) && raddr >= base && raddr + len >= raddr && len <= elen && raddr - base <= elen - len &&
-	       (perms & need) == need;
+	return e && slot_grants(e, m, raddr, len, need);
 }
 
 /* ---------------------------------------------------------------- extension */
