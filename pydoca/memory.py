@@ -195,11 +195,13 @@ class MemoryMap(Resource):
         self._obj = None
 
     def _settle(self) -> None:
-        """Unpin task batches that finished since anyone looked (they count completions in C)."""
+        """Feed task batches and unpin those that finished since anyone looked (they count completions in
+        C; a batch larger than its task pool goes on as tasks complete, or fails its rest once its
+        context stopped)."""
         for t in list(self._tasks.values()):
-            finish = getattr(t, "_finish_if_done", None)
-            if finish is not None:
-                finish()
+            settle = getattr(t, "_settle", None) or getattr(t, "_finish_if_done", None)
+            if settle is not None:
+                settle()
 
     def _drain(self, timeout: float) -> None:
         import time

@@ -4,11 +4,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+from typing import Iterator
 
 import pytest
 
 import pydoca
 from pydoca import Access
+from pydoca.errors import BadStateError
 from rdma_util import ALL_REMOTE, Local, PeerProc
 from test_rdma import connect, local, pattern, peer  # noqa: F401 - the fixtures too
 
@@ -33,7 +35,18 @@ def test_write_batch_lands_every_byte(local: Local, peer: PeerProc) -> None:
         b.close()
 
 
-def test_batch_larger_than_the_task_pool(peer: PeerProc) -> None:
+@pytest.fixture(params=["auto", "tcp"])
+def any_peer(request: pytest.FixtureRequest) -> Iterator[PeerProc]:
+    """The peer on either transport: over tcp every task waits for its doorbell (the FLUSH of a run)."""
+    p = PeerProc(transport=request.param)
+    yield p
+    p.close()
+
+
+def test_batch_larger_than_the_task_pool(any_peer: PeerProc) -> None:
+    """600 writes through a 16-task pool, fed as tasks complete: each run the pool cuts short rings its
+    doorbell (over tcp, unflushed tasks would wait for ever); then ranges and reads the same way."""
+    peer = any_peer
     with pydoca.Device.open(iface="lo") as dev, pydoca.ProgressEngine() as pe, \
             pydoca.Rdma(dev, pe, permissions=ALL_REMOTE, max_tasks=16) as rdma, \
             pydoca.BufferInventory(1400) as inv:
@@ -62,9 +75,70 @@ def test_batch_larger_than_the_task_pool(peer: PeerProc) -> None:
                 assert rb.failed == 0 and bytes(back) == bytes(data)
                 for b in dst2 + src2:
                     b.close()
+                offs = [(i * 64) % SIZE for i in range(300)]              # ranges: buffers taken in C
+                rng = pydoca.TaskBatch.ranges(rdma, conn, "read", inv, bm, offs, remote, offs, [64] * 300)
+                back[:] = bytes(SIZE)
+                rng.submit().result(20)
+                assert rng.completed == 300 and rng.failed == 0 and bytes(back[:300 * 64]) == bytes(data[:300 * 64])
             for b in srcs + dsts:
                 b.close()
         conn.disconnect()
+
+
+def test_map_closed_under_a_batch_larger_than_the_pool(any_peer: PeerProc) -> None:
+    """A map closed while a batch is half fed: the close feeds the rest as tasks complete, nothing is lost."""
+    peer = any_peer
+    with pydoca.Device.open(iface="lo") as dev, pydoca.ProgressEngine() as pe, \
+            pydoca.Rdma(dev, pe, permissions=ALL_REMOTE, max_tasks=8) as rdma, \
+            pydoca.BufferInventory(600) as inv:
+        started = peer.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="oob")
+        blob, conn = rdma.export()
+        rdma.connect(base64.b64decode(started["conn"]), conn)
+        peer.post("connect", blob=base64.b64encode(blob).decode())
+        conn.wait_established(10)
+        peer.answer("connect")
+        data = pattern(SIZE, seed=5)
+        mm = pydoca.MemoryMap(dev, data, access=Access.LOCAL_READ_WRITE)
+        remote = pydoca.MemoryMap.from_export(dev, base64.b64decode(started["mmap"]))
+        n = 256
+        srcs = [inv.buffer(mm, offset=i * 256, length=256) for i in range(n)]
+        dsts = [inv.buffer(remote, offset=i * 256, length=256, empty=True) for i in range(n)]
+        batch = rdma.write_batch(conn, srcs, dsts)
+        assert batch.submitted <= 8 < n                                  # the pool took what it could
+        mm.close()                                                       # waits: feeds the batch to its end
+        assert batch.done and batch.completed == n and batch.failed == 0
+        assert peer.call("digest")["sha"] == hashlib.sha256(bytes(data)).hexdigest()
+        remote.close()
+        conn.disconnect()
+
+
+def test_batch_rest_fails_once_its_context_stopped(peer: PeerProc) -> None:
+    """Stopping the context under a half-fed batch: what was in flight is flushed, the rest fails
+    BAD_STATE, and the batch is done (its maps close at once)."""
+    with pydoca.Device.open(iface="lo") as dev, pydoca.ProgressEngine() as pe, \
+            pydoca.Rdma(dev, pe, permissions=ALL_REMOTE, max_tasks=8) as rdma, \
+            pydoca.BufferInventory(600) as inv:
+        started = peer.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="oob")
+        blob, conn = rdma.export()
+        rdma.connect(base64.b64decode(started["conn"]), conn)
+        peer.post("connect", blob=base64.b64encode(blob).decode())
+        conn.wait_established(10)
+        peer.answer("connect")
+        mm = pydoca.MemoryMap(dev, pattern(SIZE, seed=6), access=Access.LOCAL_READ_WRITE)
+        remote = pydoca.MemoryMap.from_export(dev, base64.b64decode(started["mmap"]))
+        n = 256
+        srcs = [inv.buffer(mm, offset=i * 256, length=256) for i in range(n)]
+        dsts = [inv.buffer(remote, offset=i * 256, length=256, empty=True) for i in range(n)]
+        batch = rdma.write_batch(conn, srcs, dsts)
+        rdma.stop()
+        mm._settle()
+        assert batch.done and batch.completed == n
+        assert batch.submitted <= 8 and (batch.status[batch.submitted:] == BadStateError.code).all()
+        assert not mm._tasks and not remote._tasks
+        for b in srcs + dsts:
+            b.close()
+        mm.close()
+        remote.close()
 
 
 async def _await(batch: pydoca.TaskBatch) -> None:

@@ -9,7 +9,8 @@
  * pydoca_batch; its completion is recorded here (status, counters), the task
  * freed, and Python is not called at all. pydoca_rdma_batch_submit allocates
  * and submits a run of tasks in one call, ringing the doorbell once (submit_ex
- * without FLUSH for all but the last, where the runtime has submit_ex).
+ * without FLUSH for all but the last that goes in, where the runtime has
+ * submit_ex).
  *
  * Task rings: a task whose user data carries PYDOCA_RING_TAG is a ring slot's
  * receive or send; its completion is written to the ring's entries and the
@@ -367,35 +368,82 @@ struct doca_task *pydoca_refused_take(void)
  * Allocate and submit tasks [first, first+count) of a batch (a[i], b[i], imm[i]
  * per task; b or imm may be NULL where the kind needs none). Stops at the first
  * failure and returns it; batch->submitted counts what went in.
+ *
+ * The doorbell rings with the last task that goes in, wherever the run stops:
+ * each task is held until the next one is allocated, then submitted without
+ * FLUSH; the held one goes with FLUSH when the run ends, the task pool being
+ * full included (a run cut short by the pool would otherwise leave its tasks
+ * unflushed, which a runtime may hold until a later flush that never comes).
  */
+static doca_error_t pydoca_batch_go(struct doca_task *task, int flush)
+{
+	if (doca_task_submit_ex)
+		return doca_task_submit_ex(task, flush ? DOCA_TASK_SUBMIT_FLAG_FLUSH : DOCA_TASK_SUBMIT_FLAG_NONE);
+	return doca_task_submit(task);
+}
+
+/* The buffers a range batch took for slot s go back to the inventory. */
+static void pydoca_slot_release(struct pydoca_batch_slot *s)
+{
+	if (s->a)
+		doca_buf_dec_refcount(s->a, NULL);
+	if (s->b)
+		doca_buf_dec_refcount(s->b, NULL);
+	s->a = s->b = NULL;
+}
+
+/* Submit the held task of slot s (flush: it is the run's last); on failure it
+ * is freed with its buffers. Returns the submit status. */
+static doca_error_t pydoca_held_go(struct pydoca_batch *batch, struct pydoca_batch_slot *s, struct doca_task *held,
+				   int flush)
+{
+	doca_error_t rc = pydoca_batch_go(held, flush);
+
+	if (rc != DOCA_SUCCESS) {
+		doca_task_free(held);
+		pydoca_slot_release(s);
+		return rc;
+	}
+	batch->submitted++;
+	return DOCA_SUCCESS;
+}
+
 doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
 				      struct doca_buf **a, struct doca_buf **b, const uint32_t *imm,
 				      struct pydoca_batch *batch, struct pydoca_batch_slot *slots,
 				      uint32_t first, uint32_t count)
 {
+	struct doca_task *held = NULL;
+	uint32_t held_i = 0, i;
 	doca_error_t rc = DOCA_SUCCESS;
-	uint32_t i;
 
 	for (i = first; i < first + count && i < batch->n; i++) {
 		struct doca_task *task = NULL;
 		union doca_data ud;
-		int last = (i + 1 == first + count) || (i + 1 == batch->n);
 
 		slots[i].batch = batch;
 		slots[i].index = i;
+		slots[i].a = slots[i].b = NULL;
 		ud.u64 = (uint64_t)(uintptr_t)&slots[i] | PYDOCA_BATCH_TAG;
 		rc = pydoca_batch_alloc(rdma, kind, conn, a[i], b ? b[i] : NULL, imm ? imm[i] : 0, ud, &task);
 		if (rc != DOCA_SUCCESS)
 			break;
-		if (doca_task_submit_ex)
-			rc = doca_task_submit_ex(task, last ? DOCA_TASK_SUBMIT_FLAG_FLUSH : DOCA_TASK_SUBMIT_FLAG_NONE);
-		else
-			rc = doca_task_submit(task);
-		if (rc != DOCA_SUCCESS) {
-			doca_task_free(task);
-			break;
+		if (held) {
+			doca_error_t st = pydoca_held_go(batch, &slots[held_i], held, 0);
+
+			if (st != DOCA_SUCCESS) {
+				doca_task_free(task);
+				return st;
+			}
 		}
-		batch->submitted++;
+		held = task;
+		held_i = i;
+	}
+	if (held) {
+		doca_error_t st = pydoca_held_go(batch, &slots[held_i], held, 1);
+
+		if (st != DOCA_SUCCESS)
+			return st;
 	}
 	return rc;
 }
@@ -405,6 +453,7 @@ doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct d
  * map offset loff[i] and remote map offset roff[i] (kind WRITE: local to
  * remote; READ: remote to local). The buffers are taken from ``inv`` here and
  * given back when each task completes, so no buffer object exists in Python.
+ * Submitted as pydoca_rdma_batch_submit does (the doorbell with the last).
  */
 doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
 					     struct doca_buf_inventory *inv, struct doca_mmap *lmap, const uint64_t *loff,
@@ -414,8 +463,9 @@ doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, s
 {
 	void *lbase = NULL, *rbase = NULL;
 	size_t llen = 0, rlen = 0;
+	struct doca_task *held = NULL;
+	uint32_t held_i = 0, i;
 	doca_error_t rc;
-	uint32_t i;
 
 	if (kind != PYDOCA_B_WRITE && kind != PYDOCA_B_READ)
 		return DOCA_ERROR_INVALID_VALUE;
@@ -428,7 +478,6 @@ doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, s
 		struct doca_buf *local = NULL, *remote = NULL;
 		struct doca_task *task = NULL;
 		union doca_data ud;
-		int last = (i + 1 == first + count) || (i + 1 == batch->n);
 		uint8_t *la = (uint8_t *)lbase + loff[i], *ra = (uint8_t *)rbase + roff[i];
 		int write = kind == PYDOCA_B_WRITE;
 
@@ -450,21 +499,27 @@ doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, s
 		slots[i].b = remote;
 		ud.u64 = (uint64_t)(uintptr_t)&slots[i] | PYDOCA_BATCH_TAG;
 		rc = pydoca_batch_alloc(rdma, kind, conn, write ? local : remote, write ? remote : local, 0, ud, &task);
-		if (rc == DOCA_SUCCESS) {
-			if (doca_task_submit_ex)
-				rc = doca_task_submit_ex(task, last ? DOCA_TASK_SUBMIT_FLAG_FLUSH : DOCA_TASK_SUBMIT_FLAG_NONE);
-			else
-				rc = doca_task_submit(task);
-			if (rc != DOCA_SUCCESS)
-				doca_task_free(task);
-		}
 		if (rc != DOCA_SUCCESS) {
-			doca_buf_dec_refcount(local, NULL);
-			doca_buf_dec_refcount(remote, NULL);
-			slots[i].a = slots[i].b = NULL;
+			pydoca_slot_release(&slots[i]);
 			break;
 		}
-		batch->submitted++;
+		if (held) {
+			doca_error_t st = pydoca_held_go(batch, &slots[held_i], held, 0);
+
+			if (st != DOCA_SUCCESS) {
+				doca_task_free(task);
+				pydoca_slot_release(&slots[i]);
+				return st;
+			}
+		}
+		held = task;
+		held_i = i;
+	}
+	if (held) {
+		doca_error_t st = pydoca_held_go(batch, &slots[held_i], held, 1);
+
+		if (st != DOCA_SUCCESS)
+			return st;
 	}
 	return rc;
 }

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Dict, Generator, List, Optional, Sequence
 import numpy as np
 
 from .._native import callbacks, ffi, lib
-from ..errors import DocaError, NoMemoryError, check, error_for
+from ..ctx import CtxState
+from ..errors import BadStateError, DocaError, NoMemoryError, check, error_for
 from .tasks import to_be32
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 KINDS = {"write": 0, "read": 1, "send": 2, "write_imm": 3, "send_imm": 4}
 _NO_MEMORY = NoMemoryError.code
+_BAD_STATE = BadStateError.code
 
 
 def maps_of(bufs: Sequence["Buffer"]) -> List[Any]:
@@ -149,6 +151,9 @@ class TaskBatch:
         left = self.n - self.submitted - self._refused
         if left <= 0:
             return
+        if self.ctx.closed:                  # its handle is gone: what was not submitted never will be
+            self._refuse(_BAD_STATE)
+            return
         first = self.submitted + self._refused
         if self._ranges is not None:
             rc = lib.pydoca_rdma_batch_submit_ranges(self.ctx._rdma, KINDS[self.kind], self.conn.handle,
@@ -160,9 +165,24 @@ class TaskBatch:
             return
         if rc == _NO_MEMORY and self.submitted > self.completed:
             return                            # the pool is full: more go in as tasks complete
+        self._refuse(rc)
+
+    def _refuse(self, rc: int) -> None:
+        """The tasks not submitted yet fail with ``rc`` (refused: the rest of the batch)."""
         start = self.submitted + self._refused
-        self.status[start:] = rc             # refused: the rest of the batch fails with this status
+        self.status[start:] = rc
         self._refused = self.n - self.submitted
+        self._finish_if_done()
+
+    def _settle(self) -> None:
+        """Feed the pool and unpin once done: a closing MemoryMap waits through this. Once the context
+        no longer runs, the tasks not submitted yet fail with BAD_STATE (those in flight are flushed)."""
+        if not self._running:
+            return
+        if not self.ctx.closed and self.ctx.state != CtxState.RUNNING:
+            self._refuse(_BAD_STATE)
+        else:
+            self._pump()
         self._finish_if_done()
 
     def _finish_if_done(self) -> None:
