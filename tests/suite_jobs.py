@@ -1,12 +1,13 @@
 """Child pytest runs of the cross-process suites: the provider matrices of test_softdoca_ucx.py and
-test_softdoca_ofi.py, run two at a time.
+test_softdoca_ofi.py, run four at a time, both modules' together.
 
-Each matrix test checks one child run (a suite under one provider and transport). The first of a module's
-matrix tests to run starts the child runs of every matrix test of that module that was collected, at most
-`width` at once (PYDOCA_MATRIX_JOBS, default 2; 1: one after the other), and waits for all of them, so nothing
-else of the module runs beside them (some of its tests measure CPU shares); the others then read their result.
-A child run mostly waits for its peers and its timeouts (about a third of a core here), so two fit two vCPUs
-and the matrix takes the time of its longest run instead of their sum (CI's 45 minutes)."""
+Each matrix test checks one child run (a suite under one provider and transport). The first matrix test of the
+session to run starts the child runs of every matrix test collected, of every matrix module (a module that
+defines ``matrix_specs(collected)``), at most `width` at once (PYDOCA_MATRIX_JOBS, default 4; 1: one after the
+other), the modules' longest runs first, and waits for all of them, so nothing else runs beside them (some
+tests of those modules measure CPU shares); the others then read their result. A child run mostly waits for its
+peers and its timeouts (0.3-0.4 of a core here), so four fit two vCPUs and the matrices take about the time of
+their longest run instead of their sum (CI's 45 minutes)."""
 from __future__ import annotations
 
 import os
@@ -16,12 +17,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Dict, Iterable, List, Optional
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN_S = 840.0   # all the child runs of a module at most (its tests have 900 s each)
+RUN_S = 840.0   # all the child runs of the session at most (the matrix tests have 900 s each)
 
 
 @dataclass
@@ -78,7 +80,7 @@ class SuiteJobs:
     def __init__(self, specs: Dict[str, Spec], collected: Iterable[str], width: Optional[int] = None) -> None:
         names = set(collected)
         self.jobs = {n: _Job(s) for n, s in specs.items() if n in names}
-        self.width = width or max(1, int(os.environ.get("PYDOCA_MATRIX_JOBS", "2") or "2"))
+        self.width = width or max(1, int(os.environ.get("PYDOCA_MATRIX_JOBS", "4") or "4"))
         self.dir = Path(tempfile.mkdtemp(prefix="pydoca-matrix-"))
         self.ran = False
 
@@ -143,3 +145,42 @@ class SuiteJobs:
             self._run_all()
         job = self.jobs[name]
         check_output(job.spec, job.rc, job.output, job.timed_out)
+
+
+_POOL = pytest.StashKey["SuiteJobs"]()
+
+
+class ModuleJobs:
+    """One matrix module's view of the session's child runs (its tests' names, unqualified)."""
+
+    def __init__(self, pool: SuiteJobs, module: ModuleType) -> None:
+        self.pool, self.prefix = pool, module.__name__ + "::"
+        self.jobs = {n[len(self.prefix):] for n in pool.jobs if n.startswith(self.prefix)}
+
+    def check(self, name: str) -> None:
+        self.pool.check(self.prefix + name)
+
+
+def module_jobs(request: pytest.FixtureRequest) -> ModuleJobs:
+    """The session's child runs (made once: every matrix module's, interleaved longest first), seen from the
+    requesting module."""
+    pool = request.session.stash.get(_POOL, None)
+    if pool is None:
+        modules: List[ModuleType] = []
+        for item in request.session.items:
+            mod = getattr(item, "module", None)
+            if mod is not None and hasattr(mod, "matrix_specs") and mod not in modules:
+                modules.append(mod)
+        per_module = []
+        for mod in modules:
+            names = [i.name for i in request.session.items if getattr(i, "module", None) is mod]
+            per_module.append([(f"{mod.__name__}::{n}", spec) for n, spec in mod.matrix_specs(names).items()])
+        specs: Dict[str, Spec] = {}
+        for rank in range(max((len(m) for m in per_module), default=0)):   # each module's longest first
+            for runs in per_module:
+                if rank < len(runs):
+                    specs[runs[rank][0]] = runs[rank][1]
+        pool = SuiteJobs(specs, list(specs))
+        request.session.stash[_POOL] = pool
+        request.config.add_cleanup(pool.close)
+    return ModuleJobs(pool, request.module)

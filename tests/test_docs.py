@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "samples" / "README.md",
         *sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.relative_to(ROOT / "docs").parts)]
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```\s*$", re.M | re.S)
+pytestmark = pytest.mark.plain_only("the plain run proves the docs' examples run; the softdoca paths they take are "
+                                    "the other tests', which the sanitizer runs cover")
 
 
 def blocks() -> List[Tuple[str, int, str, str, str]]:

@@ -350,6 +350,7 @@ def test_missing_backend_is_one_line() -> None:
         assert "Traceback" not in out.stderr
 
 
+@pytest.mark.plain_only("--help never needs the backend: no softdoca code runs")
 def test_help() -> None:
     for name in [n for pair in PAIRS for n in pair]:
         out = subprocess.run([sys.executable, *sample(name, "--help")], capture_output=True, text=True,

@@ -13,11 +13,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Dict, List
 
 import pytest
 from peer_util import free_port
-from suite_jobs import Spec, SuiteJobs, run_one
+from suite_jobs import ModuleJobs, Spec, module_jobs, run_one
 from test_softdoca_ucx import HERE, KNOWN, NETNS, ROOT, SANITIZED, SUITES, _env, _probe, _server, _suite
 
 
@@ -76,16 +76,19 @@ def _specs() -> Dict[str, Spec]:
     return specs
 
 
-@pytest.fixture(scope="module")
-def jobs(request: pytest.FixtureRequest) -> Iterator[SuiteJobs]:
-    collected = [i.name for i in request.session.items if i.module is request.module]
+def matrix_specs(collected: List[str]) -> Dict[str, Spec]:
+    """This module's child runs in the session's pool (tests/suite_jobs.py): those of its collected tests."""
     if "shm" in FABRICS:   # the shm matrix holds most of the module's time; its runs stay one by one
-        collected = []
-    with SuiteJobs(_specs(), collected) as j:
-        yield j
+        return {}
+    return {n: s for n, s in _specs().items() if n in collected}
 
 
-def _check(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+@pytest.fixture
+def jobs(request: pytest.FixtureRequest) -> ModuleJobs:
+    return module_jobs(request)
+
+
+def _check(jobs: ModuleJobs, request: pytest.FixtureRequest) -> None:
     """This test's child run: from the module's jobs, or alone (the gated shm matrix keeps runs one by one)."""
     if request.node.name in jobs.jobs:
         jobs.check(request.node.name)
@@ -94,7 +97,7 @@ def _check(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
 
 
 @pytest.mark.parametrize("fabric", sorted(FABRICS))
-def test_the_cross_process_suites_pass_under_ofi(fabric: str, jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+def test_the_cross_process_suites_pass_under_ofi(fabric: str, jobs: ModuleJobs, request: pytest.FixtureRequest) -> None:
     if fabric != "shm":
         _check(jobs, request)
         return
@@ -111,12 +114,12 @@ def test_the_cross_process_suites_pass_under_ofi(fabric: str, jobs: SuiteJobs, r
             _suite([test], [], ofi(fabric))
 
 
-def test_messages_stay_native_when_asked(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+def test_messages_stay_native_when_asked(jobs: ModuleJobs, request: pytest.FixtureRequest) -> None:
     """SOFTDOCA_PROVIDER_MESSAGES=0: sends and immediates on the native link, nothing of them through libfabric."""
     _check(jobs, request)
 
 
-def test_between_two_namespaces_under_ofi_over_tcp(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+def test_between_two_namespaces_under_ofi_over_tcp(jobs: ModuleJobs, request: pytest.FixtureRequest) -> None:
     _check(jobs, request)
 
 
@@ -133,7 +136,7 @@ def test_the_fabric_is_the_one_asked_for(fabric: str) -> None:
 
 
 @pytest.mark.skipif(SANITIZED, reason="the sanitized runs keep ofi over tcp only (CI's time)")
-def test_the_rdma_suite_passes_under_ofi_over_shm(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+def test_the_rdma_suite_passes_under_ofi_over_shm(jobs: ModuleJobs, request: pytest.FixtureRequest) -> None:
     """The RDMA suite under ofi over shm in every plain run (the suite that once hung on a dead process's queue lock;
     with the doorbell, on by default, its sends and immediates take libfabric)."""
     if "shm" in FABRICS:
@@ -142,7 +145,7 @@ def test_the_rdma_suite_passes_under_ofi_over_shm(jobs: SuiteJobs, request: pyte
 
 
 @pytest.mark.parametrize("doorbell", ["default", "0"])
-def test_shm_messages_take_libfabric_where_shm_has_its_doorbell(doorbell: str, jobs: SuiteJobs,
+def test_shm_messages_take_libfabric_where_shm_has_its_doorbell(doorbell: str, jobs: ModuleJobs,
                                                                 request: pytest.FixtureRequest) -> None:
     """ofi over shm: with its doorbell (on by default where softdoca's lock watch runs: libfabric 1.17 to 1.19) sends
     and immediates take libfabric; without it (SOFTDOCA_OFI_DOORBELL=0, a polled provider) the native link. The

@@ -12,11 +12,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, List, Optional
 
 import pytest
 from peer_util import Proc, free_port
-from suite_jobs import Spec, SuiteJobs, run_one
+from suite_jobs import ModuleJobs, Spec, module_jobs, run_one
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -96,27 +96,30 @@ def _specs() -> Dict[str, Spec]:
     return specs
 
 
-@pytest.fixture(scope="module")
-def jobs(request: pytest.FixtureRequest) -> Iterator[SuiteJobs]:
-    collected = [i.name for i in request.session.items if i.module is request.module]
-    with SuiteJobs(_specs(), collected) as j:
-        yield j
+def matrix_specs(collected: List[str]) -> Dict[str, Spec]:
+    """This module's child runs in the session's pool (tests/suite_jobs.py): those of its collected tests."""
+    return {n: s for n, s in _specs().items() if n in collected}
+
+
+@pytest.fixture
+def jobs(request: pytest.FixtureRequest) -> ModuleJobs:
+    return module_jobs(request)
 
 
 @pytest.mark.parametrize("tls", sorted(TLS))
-def test_the_cross_process_suites_pass_under_ucx(tls: str, jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+def test_the_cross_process_suites_pass_under_ucx(tls: str, jobs: ModuleJobs, request: pytest.FixtureRequest) -> None:
     """RDMA, peer, batch, sync-event, transfer, sample and C-program tests with UCX over tcp and over shared
     memory (posix + cma: what UCX picks for two processes on one host)."""
     jobs.check(request.node.name)
 
 
-def test_messages_stay_native_when_asked(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+def test_messages_stay_native_when_asked(jobs: ModuleJobs, request: pytest.FixtureRequest) -> None:
     """SOFTDOCA_PROVIDER_MESSAGES=0: sends and immediates on the native link, nothing of them through UCX (the RDMA
     tests assert no message went through the provider), one-sided operations still through UCX."""
     jobs.check(request.node.name)
 
 
-def test_between_two_namespaces_under_ucx_over_tcp(jobs: SuiteJobs, request: pytest.FixtureRequest) -> None:
+def test_between_two_namespaces_under_ucx_over_tcp(jobs: ModuleJobs, request: pytest.FixtureRequest) -> None:
     jobs.check(request.node.name)
 
 

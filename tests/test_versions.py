@@ -26,6 +26,7 @@ from pydoca._native import versions
 from test_cdefs import declared_functions
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.plain_only("it compiles and links plain softdoca runtimes of its own, one per DOCA release")
 
 #: What a 3.0 runtime lacks: the optional functions added after 3.0.
 AFTER_3_0: Dict[str, str] = {n: v for n, v in versions.OPTIONAL.items()

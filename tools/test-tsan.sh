@@ -7,7 +7,7 @@
 # softdoca's engine thread against the application threads that drive it, in
 # every process of a test (peer subprocesses inherit the environment).
 # Suppressions: softdoca/tsan.supp (documented false positives only).
-# Extra arguments replace the default pytest selection.
+# Extra arguments replace the default pytest selection (one run, no provider runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s -C softdoca tsan check-tsan
@@ -31,18 +31,37 @@ run() {
     TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$PWD/softdoca/tsan.supp" \
     "$py" -m pytest -p no:cacheprovider -q "$@"
 }
-run "" "${tests[@]}"
-# The default selection also runs the RDMA and peer tests through each provider
-# built in (the Makefile's test: its headers are there), messages through the
-# provider too: softdoca's bridge, its messages and the engine hook under TSan. UCX's memory hooks do not live with
-# TSan's interceptors: they are turned off.
-if [ $# -eq 0 ]; then
-  has() { echo "#include <$1>" | gcc -E -x c - >/dev/null 2>&1; }
-  if has ucp/api/ucp.h; then
-    run "SOFTDOCA_PROVIDER=ucx UCX_TLS=tcp UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none" \
-      tests/test_rdma.py tests/test_peer_rdma.py
-  fi
-  if has rdma/fabric.h; then
-    run "SOFTDOCA_PROVIDER=ofi FI_PROVIDER=tcp" tests/test_rdma.py tests/test_peer_rdma.py
-  fi
+if [ $# -gt 0 ]; then
+  run "" "${tests[@]}"
+  exit
 fi
+# The default selection runs side by side: the native subset, and the RDMA and peer tests through each provider
+# built in (the Makefile's test: its headers are there), messages through the provider too: softdoca's bridge,
+# its messages and the engine hook under TSan. Each run mostly waits for its peers and timeouts (about half a core
+# here), so three fit two vCPUs and take the time of the longest; their outputs follow, one after the other.
+# UCX's memory hooks do not live with TSan's interceptors: they are turned off.
+has() { echo "#include <$1>" | gcc -E -x c - >/dev/null 2>&1; }
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+names=() pids=()
+start() { # NAME ENV-ASSIGNMENTS PYTEST-ARGS...
+  local name=$1
+  shift
+  run "$@" >"$logs/$name" 2>&1 &
+  names+=("$name") pids+=($!)
+}
+start native "" "${tests[@]}"
+if has ucp/api/ucp.h; then
+  start ucx "SOFTDOCA_PROVIDER=ucx UCX_TLS=tcp UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none" \
+    tests/test_rdma.py tests/test_peer_rdma.py
+fi
+if has rdma/fabric.h; then
+  start ofi "SOFTDOCA_PROVIDER=ofi FI_PROVIDER=tcp" tests/test_rdma.py tests/test_peer_rdma.py
+fi
+rc=0
+for i in "${!pids[@]}"; do
+  if wait "${pids[$i]}"; then status=ok; else status="FAILED"; rc=1; fi
+  echo "== TSan pytest run: ${names[$i]} ($status)"
+  cat "$logs/${names[$i]}"
+done
+exit $rc
