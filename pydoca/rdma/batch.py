@@ -3,10 +3,11 @@
 ``rdma.write_batch(conn, srcs, dsts)`` (and ``read_batch``, ``send_batch``,
 ``write_imm_batch``, ``send_imm_batch``) allocates and submits every task in
 one C loop, ringing the doorbell once (``doca_task_submit_ex`` without FLUSH
-for all but the last). Completions are recorded by the C shim into a
-preallocated status array (0 = success, else the ``doca_error_t``); Python
-only reads counters. A batch larger than the context's task pool is fed as
-tasks complete. A batch is reusable: ``submit()`` again once it is done.
+for all but the last that goes in, wherever the task pool cuts the run
+short). Completions are recorded by the C shim into a preallocated status
+array (0 = success, else the ``doca_error_t``); Python only reads counters.
+A batch larger than the context's task pool is fed as tasks complete. A
+batch is reusable: ``submit()`` again once it is done.
 """
 from __future__ import annotations
 
