@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
-from typing import Iterator
+from typing import Any, Iterator, Tuple
 
 import pytest
 
@@ -43,19 +44,26 @@ def any_peer(request: pytest.FixtureRequest) -> Iterator[PeerProc]:
     p.close()
 
 
-def test_batch_larger_than_the_task_pool(any_peer: PeerProc) -> None:
-    """600 writes through a 16-task pool, fed as tasks complete: each run the pool cuts short rings its
-    doorbell (over tcp, unflushed tasks would wait for ever); then ranges and reads the same way."""
-    peer = any_peer
+@contextlib.contextmanager
+def _small_pool(peer: PeerProc, *, max_tasks: int, buffers: int) -> Iterator[Tuple[Any, ...]]:
+    """(device, rdma with a task pool of ``max_tasks``, inventory, connection to ``peer``, its start answer)."""
     with pydoca.Device.open(iface="lo") as dev, pydoca.ProgressEngine() as pe, \
-            pydoca.Rdma(dev, pe, permissions=ALL_REMOTE, max_tasks=16) as rdma, \
-            pydoca.BufferInventory(1400) as inv:
+            pydoca.Rdma(dev, pe, permissions=ALL_REMOTE, max_tasks=max_tasks) as rdma, \
+            pydoca.BufferInventory(buffers) as inv:
         started = peer.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="oob")
         blob, conn = rdma.export()
         rdma.connect(base64.b64decode(started["conn"]), conn)
         peer.post("connect", blob=base64.b64encode(blob).decode())
         conn.wait_established(10)
         peer.answer("connect")
+        yield dev, rdma, inv, conn, started
+
+
+def test_batch_larger_than_the_task_pool(any_peer: PeerProc) -> None:
+    """600 writes through a 16-task pool, fed as tasks complete: each run the pool cuts short rings its
+    doorbell (over tcp, unflushed tasks would wait for ever); then ranges and reads the same way."""
+    peer = any_peer
+    with _small_pool(peer, max_tasks=16, buffers=1400) as (dev, rdma, inv, conn, started):
         data = pattern(SIZE, seed=3)
         with pydoca.MemoryMap(dev, data, access=Access.LOCAL_READ_WRITE) as mm, \
                 pydoca.MemoryMap.from_export(dev, base64.b64decode(started["mmap"])) as remote:
@@ -88,15 +96,7 @@ def test_batch_larger_than_the_task_pool(any_peer: PeerProc) -> None:
 def test_map_closed_under_a_batch_larger_than_the_pool(any_peer: PeerProc) -> None:
     """A map closed while a batch is half fed: the close feeds the rest as tasks complete, nothing is lost."""
     peer = any_peer
-    with pydoca.Device.open(iface="lo") as dev, pydoca.ProgressEngine() as pe, \
-            pydoca.Rdma(dev, pe, permissions=ALL_REMOTE, max_tasks=8) as rdma, \
-            pydoca.BufferInventory(600) as inv:
-        started = peer.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="oob")
-        blob, conn = rdma.export()
-        rdma.connect(base64.b64decode(started["conn"]), conn)
-        peer.post("connect", blob=base64.b64encode(blob).decode())
-        conn.wait_established(10)
-        peer.answer("connect")
+    with _small_pool(peer, max_tasks=8, buffers=600) as (dev, rdma, inv, conn, started):
         data = pattern(SIZE, seed=5)
         mm = pydoca.MemoryMap(dev, data, access=Access.LOCAL_READ_WRITE)
         remote = pydoca.MemoryMap.from_export(dev, base64.b64decode(started["mmap"]))
@@ -115,15 +115,7 @@ def test_map_closed_under_a_batch_larger_than_the_pool(any_peer: PeerProc) -> No
 def test_batch_rest_fails_once_its_context_stopped(peer: PeerProc) -> None:
     """Stopping the context under a half-fed batch: what was in flight is flushed, the rest fails
     BAD_STATE, and the batch is done (its maps close at once)."""
-    with pydoca.Device.open(iface="lo") as dev, pydoca.ProgressEngine() as pe, \
-            pydoca.Rdma(dev, pe, permissions=ALL_REMOTE, max_tasks=8) as rdma, \
-            pydoca.BufferInventory(600) as inv:
-        started = peer.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="oob")
-        blob, conn = rdma.export()
-        rdma.connect(base64.b64decode(started["conn"]), conn)
-        peer.post("connect", blob=base64.b64encode(blob).decode())
-        conn.wait_established(10)
-        peer.answer("connect")
+    with _small_pool(peer, max_tasks=8, buffers=600) as (dev, rdma, inv, conn, started):
         mm = pydoca.MemoryMap(dev, pattern(SIZE, seed=6), access=Access.LOCAL_READ_WRITE)
         remote = pydoca.MemoryMap.from_export(dev, base64.b64decode(started["mmap"]))
         n = 256

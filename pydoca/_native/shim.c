@@ -392,20 +392,56 @@ static void pydoca_slot_release(struct pydoca_batch_slot *s)
 	s->a = s->b = NULL;
 }
 
-/* Submit the held task of slot s (flush: it is the run's last); on failure it
- * is freed with its buffers. Returns the submit status. */
-static doca_error_t pydoca_held_go(struct pydoca_batch *batch, struct pydoca_batch_slot *s, struct doca_task *held,
-				   int flush)
-{
-	doca_error_t rc = pydoca_batch_go(held, flush);
+/* A run of a batch: the task allocated last is held until the next one is (or the run ends). */
+struct pydoca_run {
+	struct pydoca_batch *batch;
+	struct pydoca_batch_slot *slots;
+	struct doca_task *held;
+	uint32_t held_i;
+};
 
+/* Submit the held task (flush: it is the run's last); on failure it is freed with its buffers. */
+static doca_error_t pydoca_run_go(struct pydoca_run *r, int flush)
+{
+	struct doca_task *t = r->held;
+	doca_error_t rc;
+
+	if (!t)
+		return DOCA_SUCCESS;
+	r->held = NULL;
+	rc = pydoca_batch_go(t, flush);
 	if (rc != DOCA_SUCCESS) {
-		doca_task_free(held);
-		pydoca_slot_release(s);
+		doca_task_free(t);
+		pydoca_slot_release(&r->slots[r->held_i]);
 		return rc;
 	}
-	batch->submitted++;
+	r->batch->submitted++;
 	return DOCA_SUCCESS;
+}
+
+/* Task i was allocated: the held one goes (without FLUSH) and i is held. On failure i is freed with its buffers
+ * and the run is over. */
+static doca_error_t pydoca_run_next(struct pydoca_run *r, struct doca_task *task, uint32_t i)
+{
+	doca_error_t rc = pydoca_run_go(r, 0);
+
+	if (rc != DOCA_SUCCESS) {
+		doca_task_free(task);
+		pydoca_slot_release(&r->slots[i]);
+		return rc;
+	}
+	r->held = task;
+	r->held_i = i;
+	return DOCA_SUCCESS;
+}
+
+/* The run stopped with rc (DOCA_SUCCESS: it is complete): the held task goes with the doorbell; its own failure
+ * is what the caller hears. */
+static doca_error_t pydoca_run_end(struct pydoca_run *r, doca_error_t rc)
+{
+	doca_error_t st = pydoca_run_go(r, 1);
+
+	return st != DOCA_SUCCESS ? st : rc;
 }
 
 doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
@@ -413,9 +449,9 @@ doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct d
 				      struct pydoca_batch *batch, struct pydoca_batch_slot *slots,
 				      uint32_t first, uint32_t count)
 {
-	struct doca_task *held = NULL;
-	uint32_t held_i = 0, i;
+	struct pydoca_run run = {.batch = batch, .slots = slots};
 	doca_error_t rc = DOCA_SUCCESS;
+	uint32_t i;
 
 	for (i = first; i < first + count && i < batch->n; i++) {
 		struct doca_task *task = NULL;
@@ -428,24 +464,11 @@ doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct d
 		rc = pydoca_batch_alloc(rdma, kind, conn, a[i], b ? b[i] : NULL, imm ? imm[i] : 0, ud, &task);
 		if (rc != DOCA_SUCCESS)
 			break;
-		if (held) {
-			doca_error_t st = pydoca_held_go(batch, &slots[held_i], held, 0);
-
-			if (st != DOCA_SUCCESS) {
-				doca_task_free(task);
-				return st;
-			}
-		}
-		held = task;
-		held_i = i;
+		rc = pydoca_run_next(&run, task, i);
+		if (rc != DOCA_SUCCESS)
+			return rc;
 	}
-	if (held) {
-		doca_error_t st = pydoca_held_go(batch, &slots[held_i], held, 1);
-
-		if (st != DOCA_SUCCESS)
-			return st;
-	}
-	return rc;
+	return pydoca_run_end(&run, rc);
 }
 
 /*
@@ -463,9 +486,9 @@ doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, s
 {
 	void *lbase = NULL, *rbase = NULL;
 	size_t llen = 0, rlen = 0;
-	struct doca_task *held = NULL;
-	uint32_t held_i = 0, i;
+	struct pydoca_run run = {.batch = batch, .slots = slots};
 	doca_error_t rc;
+	uint32_t i;
 
 	if (kind != PYDOCA_B_WRITE && kind != PYDOCA_B_READ)
 		return DOCA_ERROR_INVALID_VALUE;
@@ -503,25 +526,11 @@ doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, s
 			pydoca_slot_release(&slots[i]);
 			break;
 		}
-		if (held) {
-			doca_error_t st = pydoca_held_go(batch, &slots[held_i], held, 0);
-
-			if (st != DOCA_SUCCESS) {
-				doca_task_free(task);
-				pydoca_slot_release(&slots[i]);
-				return st;
-			}
-		}
-		held = task;
-		held_i = i;
+		rc = pydoca_run_next(&run, task, i);
+		if (rc != DOCA_SUCCESS)
+			return rc;
 	}
-	if (held) {
-		doca_error_t st = pydoca_held_go(batch, &slots[held_i], held, 1);
-
-		if (st != DOCA_SUCCESS)
-			return st;
-	}
-	return rc;
+	return pydoca_run_end(&run, rc);
 }
 
 /*
