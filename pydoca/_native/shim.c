@@ -76,6 +76,16 @@ doca_error_t pydoca_rdma_set_conn_cbs(struct doca_rdma *rdma)
 
 enum { PYDOCA_RING_RECEIVE = 0, PYDOCA_RING_SEND = 1 };
 
+/* The buffers a range batch took for slot s go back to the inventory. */
+static void pydoca_slot_release(struct pydoca_batch_slot *s)
+{
+	if (s->a)
+		doca_buf_dec_refcount(s->a, NULL);
+	if (s->b)
+		doca_buf_dec_refcount(s->b, NULL);
+	s->a = s->b = NULL;
+}
+
 /* A ring task completed: record it as the ring's next entry and free it. */
 static int pydoca_ring_done(struct doca_task *task, uint64_t ud, int success)
 {
@@ -225,14 +235,7 @@ static int pydoca_batch_done(struct doca_task *task, uint64_t ud, int success)
 	}
 	b->failed += success ? 0 : 1;
 	doca_task_free(task);
-	if (slot->a) {
-		doca_buf_dec_refcount(slot->a, NULL);
-		slot->a = NULL;
-	}
-	if (slot->b) {
-		doca_buf_dec_refcount(slot->b, NULL);
-		slot->b = NULL;
-	}
+	pydoca_slot_release(slot);
 	b->done++;
 	return 1;
 }
@@ -380,16 +383,6 @@ static doca_error_t pydoca_batch_go(struct doca_task *task, int flush)
 	if (doca_task_submit_ex)
 		return doca_task_submit_ex(task, flush ? DOCA_TASK_SUBMIT_FLAG_FLUSH : DOCA_TASK_SUBMIT_FLAG_NONE);
 	return doca_task_submit(task);
-}
-
-/* The buffers a range batch took for slot s go back to the inventory. */
-static void pydoca_slot_release(struct pydoca_batch_slot *s)
-{
-	if (s->a)
-		doca_buf_dec_refcount(s->a, NULL);
-	if (s->b)
-		doca_buf_dec_refcount(s->b, NULL);
-	s->a = s->b = NULL;
 }
 
 /* A run of a batch: the task allocated last is held until the next one is (or the run ends). */

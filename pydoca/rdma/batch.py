@@ -141,9 +141,7 @@ class TaskBatch:
             self._pump()
         except BaseException as exc:         # nothing went out (e.g. the connection is closed): unpin
             if self.submitted == 0:
-                self.status[:] = getattr(exc, "code", 0) or 1
-                self._refused = self.n
-                self._finish_if_done()
+                self._refuse(getattr(exc, "code", 0) or 1)
             raise
         return self
 
