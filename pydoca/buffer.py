@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from ._log import get_logger
 from ._native import ffi, lib
-from .errors import InvalidValueError, check
+from .errors import InUseError, InvalidValueError, check
 from .memory import MemoryMap
 from .resource import Resource
 
@@ -25,7 +25,12 @@ log = get_logger()
 def _stop_destroy(api: str, handle: Any, state: Dict[str, bool]) -> None:
     """``<api>_stop`` (when started), then ``<api>_destroy``."""
     if state["started"]:
-        check(getattr(lib, f"{api}_stop")(handle), f"{api}_stop")
+        rc = getattr(lib, f"{api}_stop")(handle)
+        if rc == InUseError.code:
+            raise InUseError(f"{api}_stop: some of its buffers are still referenced (by tasks in flight, or "
+                             "doca_buf_inc_refcount); let those tasks complete before closing it (else it is "
+                             "destroyed at exit)", code=rc)
+        check(rc, f"{api}_stop")
         state["started"] = False
     check(getattr(lib, f"{api}_destroy")(handle), f"{api}_destroy")
 
@@ -72,6 +77,17 @@ class _BufSource(Resource):
             except Exception as exc:  # noqa: BLE001 - keep the first error
                 log.error("cleanup after a failed start failed", resource=self._what, error=str(exc))
             raise
+
+    def close(self) -> None:
+        """Close the Buffers handed out, then stop and destroy. Tasks in flight hold their Buffers
+        (pydoca.ctx.Task): those on the maps of Buffers still open here are finished first, as
+        :meth:`MemoryMap.close <pydoca.memory.MemoryMap.close>` finishes its tasks. Idempotent."""
+        if not self.closed:
+            kids = [c for c in (self._children.get(k) for k in list(self._children.keys())) if c is not None]
+            maps = {id(m): m for m in (getattr(c, "_mmap", None) for c in kids) if m is not None and m._tasks}
+            for m in maps.values():
+                m._drain(m.CLOSE_DRAIN_BOUND)
+        super().close()
 
     @property
     def handle(self) -> Any:
@@ -146,6 +162,7 @@ class Buffer(Resource):
     """One ``doca_buf``: a range of a MemoryMap and its data section."""
 
     _quiet_collect = True   # a collected Buffer is a normal release (see the module docstring)
+    _task_held = True       # a task in flight holds a reference on it (pydoca.ctx.Task._hold)
 
     _inventory: BufferInventory
     _mmap: MemoryMap

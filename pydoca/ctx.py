@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import time
-from typing import Any, Callable, Generator, Generic, List, Optional, TypeVar
+from typing import Any, Callable, Generator, Generic, List, Optional, Tuple, TypeVar
 
 from pydoca._log import get_logger
 
@@ -133,6 +133,8 @@ class Context(Resource):
             if self._ctx != ffi.NULL and not self.pe.closed and self.state != CtxState.IDLE:
                 self.stop()
         finally:
+            for batch in list(self.__dict__.get("_batches", {}).values()):   # pydoca.rdma.batch: the rest of
+                batch._settle()                                              # a half-fed batch is refused
             callbacks.contexts.pop(self._id, None)
             for owner in self._owners:
                 owner._children.pop(self._seq, None)
@@ -173,7 +175,7 @@ class Task(Generic[T]):
     # slots: a task is created for every operation (fewer allocations, less for the cyclic collector);
     # subclasses that declare none get a __dict__ as before
     __slots__ = ("ctx", "_keep", "_maps", "status", "error", "value", "completed_at", "_done_callbacks", "_id",
-                 "_c_task", "_recorded", "__weakref__")
+                 "_c_task", "_recorded", "_held", "__weakref__")
 
     def __init__(self, ctx: Context, keep: tuple[Any, ...] = ()) -> None:
         self.ctx = ctx
@@ -187,6 +189,7 @@ class Task(Generic[T]):
         self._id = next(_task_ids)
         self._c_task: Any = ffi.NULL
         self._recorded = False         # its success is recorded in C (pydoca_rdma_submit_fast)
+        self._held: Tuple[Any, ...] = ()   # doca_bufs this task holds a reference on while in flight
 
     # -- C side -------------------------------------------------------------
     def _user_data(self) -> Any:
@@ -195,13 +198,40 @@ class Task(Generic[T]):
         return data[0]
 
     def _submit(self, c_task: Any) -> "Task[T]":
-        """Submit the allocated DOCA task; on failure free it and raise."""
+        """Submit the allocated DOCA task; on failure free it and raise. While in flight it holds a reference
+        on each of its Buffers (the tasks the C shim allocates hold theirs there): a Buffer closed under it
+        goes back to its inventory once the task completed, never while the runtime may still use it."""
         self._c_task = c_task
+        try:
+            self._hold()
+        except BaseException:
+            lib.doca_task_free(c_task)
+            self._c_task = ffi.NULL
+            raise
         callbacks.tasks[self._id] = self
         rc = lib.doca_task_submit(c_task)
         if rc != 0:
             self._refused(c_task, rc)
         return self._submitted()
+
+    def _hold(self) -> None:
+        """A reference on each Buffer of ``_keep`` (dropped by :meth:`_unhold`)."""
+        bufs = [b._handle for b in self._keep if getattr(b, "_task_held", False)]
+        held: List[Any] = []
+        try:
+            for h in bufs:
+                check(lib.pydoca_hold(h, ffi.NULL), f"doca_buf_inc_refcount ({type(self).__name__}'s buffer)")
+                held.append(h)
+        except BaseException:
+            for h in held:
+                lib.pydoca_unhold(h, ffi.NULL)
+            raise
+        self._held = tuple(held)
+
+    def _unhold(self) -> None:
+        held, self._held = self._held, ()
+        for h in held:
+            lib.pydoca_unhold(h, ffi.NULL)
 
     def _refused(self, c_task: Any, rc: int) -> None:
         """Submit failed: forget the task, free it, raise its DocaError."""
@@ -209,6 +239,8 @@ class Task(Generic[T]):
         why = _soft_detail(c_task)
         lib.doca_task_free(c_task)
         self._c_task = ffi.NULL
+        if self._held:
+            self._unhold()
         check(rc, f"submit {type(self).__name__}{self._detail()}{why}")
 
     def _submitted(self) -> "Task[T]":
@@ -244,6 +276,8 @@ class Task(Generic[T]):
         finally:
             lib.doca_task_free(c_task)
             self._c_task = ffi.NULL
+            if self._held:
+                self._unhold()
             self._keep = ()
             self._release_maps()
             self.completed_at = time.monotonic()

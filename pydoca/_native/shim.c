@@ -15,6 +15,13 @@
  * Task rings: a task whose user data carries PYDOCA_RING_TAG is a ring slot's
  * receive or send; its completion is written to the ring's entries and the
  * task freed (the slot is posted again with a fresh task from the pool).
+ *
+ * A task in flight holds a reference on each of its buffers (doca_buf's
+ * refcount), taken where the task is allocated and dropped once it completed
+ * or was refused: a Buffer closed under a task goes back to its inventory only
+ * then, never while the runtime may still move its bytes. Here for the tasks
+ * this file allocates (PYDOCA_REF_TAG marks the single ones; batch and ring
+ * slots keep theirs), in pydoca.ctx.Task for those Python allocates.
  */
 #include "doca_all.h"
 #include "shim_types.h"
@@ -28,6 +35,7 @@
 #define PYDOCA_BATCH_TAG (1ULL << 63)
 #define PYDOCA_RING_TAG (1ULL << 62)
 #define PYDOCA_DONE_TAG (1ULL << 61)
+#define PYDOCA_REF_TAG (1ULL << 60)
 
 static void _pydoca_task_done(struct doca_task *task, uint64_t task_ud, int success);
 static void _pydoca_ctx_state(uint64_t ctx_ud, struct doca_ctx *ctx, int prev, int next);
@@ -76,13 +84,32 @@ doca_error_t pydoca_rdma_set_conn_cbs(struct doca_rdma *rdma)
 
 enum { PYDOCA_RING_RECEIVE = 0, PYDOCA_RING_SEND = 1 };
 
-/* The buffers a range batch took for slot s go back to the inventory. */
+/* A reference on a and b (b may be NULL) for a task in flight; none taken on failure. */
+doca_error_t pydoca_hold(struct doca_buf *a, struct doca_buf *b)
+{
+	doca_error_t rc = doca_buf_inc_refcount(a, NULL);
+
+	if (rc == DOCA_SUCCESS && b) {
+		rc = doca_buf_inc_refcount(b, NULL);
+		if (rc != DOCA_SUCCESS)
+			doca_buf_dec_refcount(a, NULL);
+	}
+	return rc;
+}
+
+/* Drop what pydoca_hold took (NULLs are skipped). */
+void pydoca_unhold(struct doca_buf *a, struct doca_buf *b)
+{
+	if (a)
+		doca_buf_dec_refcount(a, NULL);
+	if (b)
+		doca_buf_dec_refcount(b, NULL);
+}
+
+/* The buffers slot s holds (a batch task's references, or the buffers a range batch took) are dropped. */
 static void pydoca_slot_release(struct pydoca_batch_slot *s)
 {
-	if (s->a)
-		doca_buf_dec_refcount(s->a, NULL);
-	if (s->b)
-		doca_buf_dec_refcount(s->b, NULL);
+	pydoca_unhold(s->a, s->b);
 	s->a = s->b = NULL;
 }
 
@@ -122,6 +149,7 @@ static int pydoca_ring_done(struct doca_task *task, uint64_t ud, int success)
 	r->posted--;
 	r->head++;
 	doca_task_free(task);
+	pydoca_unhold(slot->buf, NULL);
 	return 1;
 }
 
@@ -240,21 +268,54 @@ static int pydoca_batch_done(struct doca_task *task, uint64_t ud, int success)
 	return 1;
 }
 
+/*
+ * The buffers a single task of this file holds (PYDOCA_REF_TAG), dropped as it
+ * completes, before Python hears of it (a done callback may close the Buffers
+ * and their inventory at once): the kinds of pydoca_batch_alloc; the other
+ * types never carry the tag.
+ */
+struct pydoca_held {
+	struct doca_buf *a, *b;
+};
+
+#define PYDOCA_HELD_2(T)                                                                                \
+static struct pydoca_held pydoca_held_##T(const struct doca_rdma_task_##T *t)                           \
+{ struct pydoca_held h = {(struct doca_buf *)doca_rdma_task_##T##_get_src_buf(t),                       \
+			  doca_rdma_task_##T##_get_dst_buf(t)}; return h; }
+#define PYDOCA_HELD_1(T)                                                                                \
+static struct pydoca_held pydoca_held_##T(const struct doca_rdma_task_##T *t)                           \
+{ struct pydoca_held h = {(struct doca_buf *)doca_rdma_task_##T##_get_src_buf(t), NULL}; return h; }
+#define PYDOCA_HELD_0(T)                                                                                \
+static struct pydoca_held pydoca_held_##T(const struct doca_rdma_task_##T *t)                           \
+{ struct pydoca_held h = {NULL, NULL}; (void)t; return h; }
+PYDOCA_HELD_2(write)
+PYDOCA_HELD_2(read)
+PYDOCA_HELD_2(write_imm)
+PYDOCA_HELD_1(send)
+PYDOCA_HELD_1(send_imm)
+PYDOCA_HELD_0(receive)
+PYDOCA_HELD_0(atomic_cmp_swp)
+PYDOCA_HELD_0(atomic_fetch_add)
+PYDOCA_HELD_0(remote_net_sync_event_get)
+PYDOCA_HELD_0(remote_net_sync_event_notify_set)
+PYDOCA_HELD_0(remote_net_sync_event_notify_add)
+
 #define PYDOCA_TASK_SHIM(T)                                                                             \
+static void pydoca_##T##_done(struct doca_rdma_task_##T *t, uint64_t ud, int success)                  \
+{                                                                                                       \
+	struct doca_task *task = doca_rdma_task_##T##_as_task(t);                                         \
+	if (ud & PYDOCA_REF_TAG) {                                                                      \
+		struct pydoca_held h = pydoca_held_##T(t);                                              \
+		ud &= ~PYDOCA_REF_TAG;                                                                  \
+		pydoca_unhold(h.a, h.b);                                                                \
+	}                                                                                               \
+	if (!pydoca_batch_done(task, ud, success))                                                      \
+		_pydoca_task_done(task, ud, success);                                                   \
+}                                                                                                       \
 static void pydoca_##T##_ok(struct doca_rdma_task_##T *t, union doca_data u, union doca_data cu)        \
-{                                                                                                       \
-	struct doca_task *task = doca_rdma_task_##T##_as_task(t);                                         \
-	(void)cu;                                                                                       \
-	if (!pydoca_batch_done(task, u.u64, 1))                                                         \
-		_pydoca_task_done(task, u.u64, 1);                                                      \
-}                                                                                                       \
+{ (void)cu; pydoca_##T##_done(t, u.u64, 1); }                                                           \
 static void pydoca_##T##_err(struct doca_rdma_task_##T *t, union doca_data u, union doca_data cu)       \
-{                                                                                                       \
-	struct doca_task *task = doca_rdma_task_##T##_as_task(t);                                         \
-	(void)cu;                                                                                       \
-	if (!pydoca_batch_done(task, u.u64, 0))                                                         \
-		_pydoca_task_done(task, u.u64, 0);                                                      \
-}                                                                                                       \
+{ (void)cu; pydoca_##T##_done(t, u.u64, 0); }                                                           \
 doca_error_t pydoca_rdma_task_##T##_set_conf(struct doca_rdma *rdma, uint32_t num_tasks)                 \
 { return doca_rdma_task_##T##_set_conf(rdma, pydoca_##T##_ok, pydoca_##T##_err, num_tasks); }
 
@@ -322,14 +383,21 @@ doca_error_t pydoca_rdma_submit_one(struct doca_rdma *rdma, int kind, struct doc
 	union doca_data data;
 	doca_error_t rc;
 
-	data.u64 = ud;
+	data.u64 = ud | PYDOCA_REF_TAG;
 	*out = NULL;
+	rc = pydoca_hold(a, b);
+	if (rc != DOCA_SUCCESS)
+		return rc;
 	rc = pydoca_batch_alloc(rdma, kind, conn, a, b, imm, data, out);
 	if (rc != DOCA_SUCCESS) {
 		*out = NULL;
+		pydoca_unhold(a, b);
 		return rc;
 	}
-	return doca_task_submit(*out);
+	rc = doca_task_submit(*out);
+	if (rc != DOCA_SUCCESS)
+		pydoca_unhold(a, b);
+	return rc;
 }
 
 /*
@@ -348,14 +416,21 @@ doca_error_t pydoca_rdma_submit_fast(struct doca_rdma *rdma, int kind, struct do
 	union doca_data data;
 	doca_error_t rc;
 
-	data.u64 = key | PYDOCA_DONE_TAG;
+	data.u64 = key | PYDOCA_DONE_TAG | PYDOCA_REF_TAG;
 	pydoca_refused = NULL;
-	rc = pydoca_batch_alloc(rdma, kind, conn, a, b, imm, data, &task);
+	rc = pydoca_hold(a, b);
 	if (rc != DOCA_SUCCESS)
 		return rc;
+	rc = pydoca_batch_alloc(rdma, kind, conn, a, b, imm, data, &task);
+	if (rc != DOCA_SUCCESS) {
+		pydoca_unhold(a, b);
+		return rc;
+	}
 	rc = doca_task_submit(task);
-	if (rc != DOCA_SUCCESS)
+	if (rc != DOCA_SUCCESS) {
+		pydoca_unhold(a, b);
 		pydoca_refused = task;
+	}
 	return rc;
 }
 
@@ -437,6 +512,38 @@ static doca_error_t pydoca_run_end(struct pydoca_run *r, doca_error_t rc)
 	return st != DOCA_SUCCESS ? st : rc;
 }
 
+/*
+ * A batch of buffers (not ranges) holds a reference on each of its buffers from
+ * its submit until each task completed or was refused (pydoca_batch_release):
+ * a Buffer closed meanwhile, even one whose task the pool has not taken yet,
+ * keeps its descriptor until then. On failure nothing is held.
+ */
+doca_error_t pydoca_batch_hold(struct doca_buf **a, struct doca_buf **b, struct pydoca_batch_slot *slots, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++) {
+		doca_error_t rc = pydoca_hold(a[i], b ? b[i] : NULL);
+
+		if (rc != DOCA_SUCCESS) {
+			pydoca_batch_release(slots, 0, i);
+			return rc;
+		}
+		slots[i].a = a[i];
+		slots[i].b = b ? b[i] : NULL;
+	}
+	return DOCA_SUCCESS;
+}
+
+/* Slots [first, first+count) will not run (refused): what they hold is dropped. */
+void pydoca_batch_release(struct pydoca_batch_slot *slots, uint32_t first, uint32_t count)
+{
+	uint32_t i;
+
+	for (i = first; i < first + count; i++)
+		pydoca_slot_release(&slots[i]);
+}
+
 doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
 				      struct doca_buf **a, struct doca_buf **b, const uint32_t *imm,
 				      struct pydoca_batch *batch, struct pydoca_batch_slot *slots,
@@ -452,11 +559,10 @@ doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct d
 
 		slots[i].batch = batch;
 		slots[i].index = i;
-		slots[i].a = slots[i].b = NULL;
 		ud.u64 = (uint64_t)(uintptr_t)&slots[i] | PYDOCA_BATCH_TAG;
 		rc = pydoca_batch_alloc(rdma, kind, conn, a[i], b ? b[i] : NULL, imm ? imm[i] : 0, ud, &task);
 		if (rc != DOCA_SUCCESS)
-			break;
+			break;     /* the slot keeps its buffers: a later run (or the refusal of the rest) settles it */
 		rc = pydoca_run_next(&run, task, i);
 		if (rc != DOCA_SUCCESS)
 			return rc;
@@ -543,6 +649,9 @@ doca_error_t pydoca_ring_post(struct doca_rdma *rdma, struct pydoca_ring *ring, 
 		return DOCA_ERROR_BAD_STATE;
 	s = &ring->slots[slot];
 	ud.u64 = (uint64_t)(uintptr_t)s | PYDOCA_RING_TAG;
+	rc = pydoca_hold(s->buf, NULL);
+	if (rc != DOCA_SUCCESS)
+		return rc;
 	if (ring->kind == PYDOCA_RING_RECEIVE) {
 		struct doca_rdma_task_receive *t;
 
@@ -558,8 +667,11 @@ doca_error_t pydoca_ring_post(struct doca_rdma *rdma, struct pydoca_ring *ring, 
 		if (rc == DOCA_SUCCESS)
 			rc = pydoca_batch_alloc(rdma, PYDOCA_B_SEND, conn, s->buf, NULL, 0, ud, &task);
 	}
-	if (rc != DOCA_SUCCESS)
+	if (rc != DOCA_SUCCESS) {
+		s->recv = NULL;
+		pydoca_unhold(s->buf, NULL);
 		return rc;
+	}
 	s->posted = 1;
 	ring->posted++;
 	rc = doca_task_submit(task);
@@ -568,6 +680,7 @@ doca_error_t pydoca_ring_post(struct doca_rdma *rdma, struct pydoca_ring *ring, 
 		s->recv = NULL;
 		ring->posted--;
 		doca_task_free(task);
+		pydoca_unhold(s->buf, NULL);
 	}
 	return rc;
 }

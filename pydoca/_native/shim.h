@@ -16,6 +16,12 @@ doca_error_t pydoca_rdma_submit_one(struct doca_rdma *rdma, int kind, struct doc
 doca_error_t pydoca_rdma_submit_fast(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
 				     struct doca_buf *a, struct doca_buf *b, uint32_t imm, uint64_t key);
 struct doca_task *pydoca_refused_take(void);
+/* A reference on a and b (b may be NULL) while a task holds them; dropped by pydoca_unhold. */
+doca_error_t pydoca_hold(struct doca_buf *a, struct doca_buf *b);
+void pydoca_unhold(struct doca_buf *a, struct doca_buf *b);
+/* A batch's buffers, held from its submit until each task completed or was refused (pydoca_batch_release). */
+doca_error_t pydoca_batch_hold(struct doca_buf **a, struct doca_buf **b, struct pydoca_batch_slot *slots, uint32_t n);
+void pydoca_batch_release(struct pydoca_batch_slot *slots, uint32_t first, uint32_t count);
 /* The calling thread's recorded completions (their keys), taken: the list is empty afterwards. */
 struct pydoca_done_view pydoca_done_take(void);
 /* A recorded task that got a done callback in flight completes through _pydoca_task_done instead (0, or -1). */

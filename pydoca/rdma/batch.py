@@ -11,6 +11,7 @@ batch is reusable: ``submit()`` again once it is done.
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Dict, Generator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 KINDS = {"write": 0, "read": 1, "send": 2, "write_imm": 3, "send_imm": 4}
 _NO_MEMORY = NoMemoryError.code
 _BAD_STATE = BadStateError.code
+_closed = attrgetter("_closed")
 
 
 def maps_of(bufs: Sequence["Buffer"]) -> List[Any]:
@@ -130,6 +132,8 @@ class TaskBatch:
         if self._running and not self.done:
             raise DocaError("batch still in flight: wait() before resubmitting", code=18)
         self.ctx._check_open()
+        if self._ranges is None:             # its buffers stay referenced until each task completed or was refused
+            self._hold()
         self._c.submitted = self._c.done = self._c.failed = 0
         self._refused = 0
         self.status.fill(-1)
@@ -144,6 +148,16 @@ class TaskBatch:
                 self._refuse(getattr(exc, "code", 0) or 1)
             raise
         return self
+
+    def _hold(self) -> None:
+        """A reference on every buffer (pydoca_batch_hold): a Buffer closed while the batch runs keeps its
+        descriptor until its task is done. A Buffer closed before the submit is refused here (its
+        descriptor may already describe another Buffer's memory)."""
+        a, b = self._keep[0], self._keep[1]
+        if any(map(_closed, a)) or (b is not None and any(map(_closed, b))):
+            raise BadStateError(f"a Buffer of this {self.kind} batch was closed: build a new batch from open "
+                                "Buffers", code=_BAD_STATE)
+        check(lib.pydoca_batch_hold(self._a, self._b, self._slots, self.n), f"doca_buf_inc_refcount ({self.kind} batch)")
 
     def _pump(self) -> None:
         """Submit what the task pool takes now; the rest as completions free it."""
@@ -170,6 +184,7 @@ class TaskBatch:
         """The tasks not submitted yet fail with ``rc`` (refused: the rest of the batch)."""
         start = self.submitted + self._refused
         self.status[start:] = rc
+        lib.pydoca_batch_release(self._slots, start, self.n - start)
         self._refused = self.n - self.submitted
         self._finish_if_done()
 
