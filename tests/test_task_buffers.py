@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from typing import Any, List
+from typing import Any, List, Tuple
 
 import pytest
 
@@ -156,15 +156,20 @@ def test_the_refused_rest_of_a_batch_gives_its_buffers_back(peer: PeerProc) -> N
             assert inv.num_free == inv.capacity
 
 
-def test_an_inventory_closed_under_a_task_finishes_it_first(local: Local, peer: PeerProc) -> None:
-    """Closing the inventory (a with-block's end) while a write uses its Buffers: the task is finished
-    first, through the maps of the Buffers still open, and the inventory is destroyed."""
+def _write_from_own_inventory(local: Local, peer: PeerProc, *, seed: int) -> Tuple[bytearray, Any, Any, Any, Any]:
+    """A write in flight whose two Buffers come from an inventory of its own: (data, inventory, task, src, dst)."""
     conn, started = connect(local, peer, "oob")
-    data = pattern(SIZE, seed=13)
+    data = pattern(SIZE, seed=seed)
     mm, remote = local.local(data), local.remote(started["mmap"])
     inv = pydoca.BufferInventory(4)
     src, dst = inv.buffer(mm), inv.buffer(remote, empty=True)
-    task = local.rdma.write(conn, src, dst)
+    return data, inv, local.rdma.write(conn, src, dst), src, dst
+
+
+def test_an_inventory_closed_under_a_task_finishes_it_first(local: Local, peer: PeerProc) -> None:
+    """Closing the inventory (a with-block's end) while a write uses its Buffers: the task is finished
+    first, through the maps of the Buffers still open, and the inventory is destroyed."""
+    data, inv, task, src, dst = _write_from_own_inventory(local, peer, seed=13)
     src.close()                                              # one closed by hand, one left to the inventory
     inv.close()
     assert inv.closed and dst.closed and task.status == pydoca.TaskStatus.SUCCEEDED
@@ -174,12 +179,7 @@ def test_an_inventory_closed_under_a_task_finishes_it_first(local: Local, peer: 
 def test_an_inventory_closed_under_tasks_it_cannot_see_says_why(local: Local, peer: PeerProc) -> None:
     """Every Buffer closed by hand, the inventory then closed with their task in flight: a typed error that
     names the cause and the fix; the task still moves the right bytes."""
-    conn, started = connect(local, peer, "oob")
-    data = pattern(SIZE, seed=14)
-    mm, remote = local.local(data), local.remote(started["mmap"])
-    inv = pydoca.BufferInventory(4)
-    src, dst = inv.buffer(mm), inv.buffer(remote, empty=True)
-    task = local.rdma.write(conn, src, dst)
+    data, inv, task, src, dst = _write_from_own_inventory(local, peer, seed=14)
     src.close()
     dst.close()
     with pytest.raises(pydoca.errors.InUseError, match="let those tasks complete"):
