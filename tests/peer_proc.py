@@ -33,9 +33,10 @@ class Peer:
 
     def start(self, size: int, access: int, permissions: int, mode: str, port: int = 0,
               accept: bool = True, rnr_retry: int | None = None, fill: int = 0,
-              accept_data: str = "", shared: bool = False) -> Dict[str, Any]:
+              accept_data: str = "", shared: bool = False, iface: str = "lo",
+              addr: str = "127.0.0.1") -> Dict[str, Any]:
         s = self.stack
-        self.dev = s.enter_context(pydoca.Device.open(iface="lo"))
+        self.dev = s.enter_context(pydoca.Device.open(iface=iface))
         self.pe = s.enter_context(pydoca.ProgressEngine())
         self.mem = pydoca.shared_memory(size) if shared else bytearray(size)   # shared: a sealed memfd
         self.mem[:] = bytes([fill]) * size
@@ -49,7 +50,7 @@ class Peer:
             blob, self.conn = self.rdma.export()
             out["conn"] = b64(blob)
         elif mode == "connect":   # act as the RDMA CM requester
-            self.conn = self.rdma.connect_to("127.0.0.1", port).wait_established(10)
+            self.conn = self.rdma.connect_to(addr, port).wait_established(10)
             out["private"] = b64(self.conn.private_data or b"")
         else:
             decision: Any = unb64(accept_data) if accept_data else accept
@@ -61,10 +62,21 @@ class Peer:
         self.conn.wait_established(10)
         return {}
 
-    def wait_conn(self, timeout: float = 10) -> Dict[str, Any]:
-        self.pe.run_until(lambda: any(c.established for c in self.rdma.connections), timeout, what="connection")
+    def wait_conn(self, timeout: float = 10, n: int = 1) -> Dict[str, Any]:
+        """Progress until ``n`` connections are established (the first becomes ``conn``)."""
+        self.pe.run_until(lambda: sum(c.established for c in self.rdma.connections) >= n, timeout,
+                          what="connection")
         self.conn = next(c for c in self.rdma.connections if c.established)
         return {}
+
+    def provider_up(self, timeout: float = 10) -> Dict[str, Any]:
+        """Wait until the connection's provider connection is up (SOFTDOCA_PROVIDER); its transport."""
+        import time
+        from pydoca._native import conn_transports
+        deadline = time.monotonic() + timeout
+        while conn_transports(self.conn._c)[1] is None and time.monotonic() < deadline:
+            self.pe.wait(0.01)
+        return {"transport": conn_transports(self.conn._c)[1]}
 
     def digest(self) -> Dict[str, Any]:
         return {"sha": hashlib.sha256(self.mem).hexdigest(), "head": self.mem[:64].hex()}
@@ -171,8 +183,10 @@ class Peer:
         return {}
 
     def stop_mmap(self) -> Dict[str, Any]:
+        import time
+        begin = time.monotonic()
         self.mm.close()
-        return {}
+        return {"seconds": time.monotonic() - begin}
 
 
 def main() -> None:

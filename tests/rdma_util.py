@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import pydoca
 from pydoca import Access
@@ -28,11 +28,14 @@ def free_port() -> int:
 class PeerProc:
     """tests/peer_proc.py in a subprocess, one JSON command at a time."""
 
-    def __init__(self, transport: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, transport: Optional[str] = None, env: Optional[Dict[str, str]] = None,
+                 prefix: Sequence[str] = ()) -> None:
+        """``prefix``: the command that runs it (``ip netns exec NS``: a peer in another namespace)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         if transport is not None:   # SOFTDOCA_TRANSPORT of the peer (tcp: a frozen peer cannot serve)
             env["SOFTDOCA_TRANSPORT"] = transport
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "peer_proc.py")], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([*prefix, sys.executable, os.path.join(HERE, "peer_proc.py")],
+                                     stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
 
     def call(self, op: str, timeout: float = 20.0, **kw: Any) -> Dict[str, Any]:

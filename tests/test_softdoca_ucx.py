@@ -37,8 +37,8 @@ pytestmark = [
 # stale descriptor cases of test_rdma.py (test_out_of_bounds_and_wrong_key_and_stopped_mmap) pass since the bridge
 # checks each one-sided operation against a same-host target's live registration table and sends a refused one
 # over the native link, where the target refuses it (the test asserts that path). Between hosts over UCX's tcp
-# they would still be refused only at the requester, against the descriptor: the two-namespace suite has no such
-# case.
+# a forged descriptor is refused only at the requester, against the descriptor; a stopped map is refused through
+# the target's revocation notice (tests/test_provider_revoke.py, two namespaces).
 KNOWN: List[str] = []
 SUITES = ["tests/test_rdma.py", "tests/test_peer_rdma.py", "tests/test_peer_posted.py", "tests/test_batch.py",
           "tests/test_sync_event.py", "tests/test_peer_channel.py", "tests/test_transfer.py", "tests/test_samples.py",

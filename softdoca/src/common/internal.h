@@ -184,6 +184,9 @@ struct doca_mmap {
 	struct sd_prov_rkey *prov_rkey;
 	uint8_t *prov_blob;
 	size_t prov_blob_len;
+	/* remote: found not revoked on connection prov_rconn after its revocation prov_rgen (rdma_prov.c) */
+	const void *prov_rconn;
+	uint64_t prov_rgen;
 };
 
 /* Bit of doca_mmap.num_bufs set by the destroy of a thread-safe map with bufs

@@ -582,6 +582,11 @@ unsigned long sd_eng_prov_progress_calls(void)
 	return atomic_load_explicit(&loop.prov_progress_n, memory_order_relaxed);
 }
 
+struct doca_rdma *sd_eng_rdmas(void)
+{
+	return loop.rdmas;
+}
+
 uint64_t sd_eng_sleep_until_ns(void)
 {
 	return loop.cur ? loop.sleep_until : 0;

@@ -141,6 +141,9 @@ enum sd_wire_op {
 	SD_OP_RNR_WAIT = 50,    /* responder is holding a message for a receive */
 	SD_OP_DISCONNECT = 51,
 	SD_OP_PROV_ADDR = 52,   /* provider connection address (SOFTDOCA_PROVIDER), after establishment */
+	SD_OP_PROV_REVOKE = 53, /* a provider's map was stopped (map_id, key; req_id: the revocation's sequence):
+				 * only to a peer that said it knows it (PROV_ADDR flag) */
+	SD_OP_PROV_REVOKE_ACK = 54, /* answer (req_id): nothing of ours is in flight to that map any more */
 };
 
 /* Why the target refused an operation (arg0 of an error response). */
@@ -488,6 +491,14 @@ struct doca_rdma_connection {
 	 * settles them on the peer's acknowledgements; rdma_pmsg.c receives,
 	 * parks and acknowledges them) */
 	int pmsg;                            /* both sides take messages through the provider */
+	/* revocations between hosts (rdma_prov.c): the peer understands them; as
+	 * target, the last one sent / answered on this connection; as requester,
+	 * the peer's maps stopped */
+	int prevoke;
+	uint64_t revoke_sent, revoke_acked;
+	uint64_t *prevoked;                  /* ids, grown to SD_PREVOKED_MAX, then a ring (prevoked_at: the oldest) */
+	uint32_t nprevoked, prevoked_cap, prevoked_at;
+	uint64_t prevoke_gen;                /* the last revocation received (a process-wide count) */
 	uint32_t peer_budget_ms;             /* the peer's RNR budget (PROV_ADDR) */
 	uint32_t pm_tx_seq;                  /* the next message's sequence */
 	struct ptok *pm_head, *pm_tail;      /* sent and not yet acknowledged, in order */
@@ -616,6 +627,8 @@ void sd_eng_kick(void);
  * latest without a wake-up (UINT64_MAX: not before an fd event or a kick;
  * 0: no engine thread). */
 uint64_t sd_eng_sleep_until_ns(void);
+/* Engine lock held: the started rdma contexts (through eng_next). */
+struct doca_rdma *sd_eng_rdmas(void);
 /* How often the engine thread progressed the provider (softdoca_debug_counter). */
 unsigned long sd_eng_prov_progress_calls(void);
 /* Whether this thread holds the engine lock. */
@@ -853,6 +866,9 @@ doca_error_t sd_prov_rdma_start(void);
 void sd_prov_conn_start(struct doca_rdma_connection *c);
 /* The peer's PROV_ADDR arrived. -1: protocol error (close the link). */
 int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len);
+/* Engine thread, a PROV_REVOKE / PROV_REVOKE_ACK frame on c's link: 0, or -1 (a protocol error). */
+int sd_prov_on_revoke(struct doca_rdma_connection *c, const struct sd_hdr *h);
+int sd_prov_on_revoke_ack(struct doca_rdma_connection *c, const struct sd_hdr *h);
 /* The connection closes: close its provider connection, fail what is in
  * flight there or held. */
 void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status, int linger);

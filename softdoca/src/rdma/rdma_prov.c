@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct {
@@ -54,6 +55,9 @@ static struct {
 	int in_progress;                      /* inside the provider's progress (its callbacks run) */
 	uint64_t msgs_sent, msgs_answered;    /* two-sided messages through the provider (a test reads them) */
 	uint64_t table_refused;               /* one-sided ops a same-host target's table refused (native link) */
+	uint64_t revoke_refused;              /* one-sided ops on a map its target revoked (native link) */
+	uint64_t revoke_seq;                  /* the last revocation this process sent (engine lock) */
+	uint64_t revoke_gens;                 /* revocations received, all connections (engine lock) */
 	int no_msg;                           /* messages stay on the native link (see prov_open) */
 	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
 	int polled;                           /* caps: SD_PROV_CAP_POLLED */
@@ -446,6 +450,8 @@ doca_error_t sd_prov_mmap_publish(struct doca_mmap *m)
 	return rc;
 }
 
+static void revoke_notify(struct doca_mmap *m, int took);
+
 void sd_prov_mmap_revoke(struct doca_mmap *m)
 {
 	int took;
@@ -457,6 +463,8 @@ void sd_prov_mmap_revoke(struct doca_mmap *m)
 		return;
 	}
 	lock_engine(&took);
+	if (m->prov_mr && P.p && m->exported && !m->remote)
+		revoke_notify(m, took);
 	if (m->prov_mr && P.p) {
 		doca_error_t rc = P.ops->dereg_mem(P.p, m->prov_mr);
 
@@ -533,9 +541,10 @@ static struct sd_prov_rkey *rkey_of(struct doca_mmap *m)
 /* ---------------------------------------------------------------- connections */
 #define PA_MAGIC 0x41504453u  /* "SDPA": magic u32, context permissions u32, process instance u64 */
 #define PA_HDR 16
-#define PA_MAGIC2 0x32504453u /* "SDP2": the same, then flags u32 (PA_F_MSG), RNR budget ms u32 */
+#define PA_MAGIC2 0x32504453u /* "SDP2": the same, then flags u32 (PA_F_*), RNR budget ms u32 */
 #define PA_HDR2 24
 #define PA_F_MSG 1u           /* this side takes two-sided messages through the provider */
+#define PA_F_REVOKE 2u        /* this side knows PROV_REVOKE (and answers it) */
 
 static void conn_lost(struct doca_rdma_connection *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void conn_lost(struct doca_rdma_connection *c, const char *fmt, ...)
@@ -574,7 +583,7 @@ void sd_prov_conn_start(struct doca_rdma_connection *c)
 			sd_put_le32(msg, PA_MAGIC2);
 			sd_put_le32(msg + 4, c->rdma->permissions);
 			sd_put_le64(msg + 8, sd_instance_id());
-			sd_put_le32(msg + 16, P.no_msg ? 0 : PA_F_MSG);
+			sd_put_le32(msg + 16, (P.no_msg ? 0 : PA_F_MSG) | PA_F_REVOKE);
 			sd_put_le32(msg + 20, sd_rnr_budget_ms(c->rdma));
 			memcpy(msg + PA_HDR2, blob, len);
 			if (sd_conn_send_ctrl(c->link, SD_OP_PROV_ADDR, msg, PA_HDR2 + len) != 0)
@@ -615,6 +624,7 @@ int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len
 	c->pinstance = sd_get_le64(b + 8);
 	if (hl == PA_HDR2) {
 		c->pmsg = !P.no_msg && (sd_get_le32(b + 16) & PA_F_MSG);
+		c->prevoke = (sd_get_le32(b + 16) & PA_F_REVOKE) != 0;
 		c->peer_budget_ms = sd_get_le32(b + 20);
 	}
 	rc = P.ops->conn_connect(c->pconn, b + hl, len - hl, &w);
@@ -865,8 +875,9 @@ static void on_rx_done(void *arg, void *rx_ctx, doca_error_t status, size_t len)
  * A message (PK_MSG) completes on its op_done and on the peer's
  * acknowledgement, whichever comes last; it waits for the latter in the
  * connection's pm_head list. PK_SUB: the write of a write with immediate
- * (no task of its own); PK_ACK: an acknowledgement being sent (no connection). */
-enum { PK_OP = 0, PK_MSG, PK_SUB, PK_ACK };
+ * (no task of its own); PK_ACK: an acknowledgement being sent (no connection);
+ * PK_REVOKE: the flush behind which a revocation is answered (res: its sequence). */
+enum { PK_OP = 0, PK_MSG, PK_SUB, PK_ACK, PK_REVOKE };
 
 struct ptok {
 	struct ptok *prev, *next;
@@ -998,6 +1009,150 @@ static void msg_settle(struct ptok *k)
 		k->dead = 1; /* op_done frees it */
 }
 
+/* ---------------------------------------------------------------- revocations between hosts */
+/*
+ * Where the fabric does not refuse a stopped map's old key (UCX's tcp, shared
+ * memory and cma, libfabric's tcp: docs/providers.md), the target tells its
+ * peers: doca_mmap_stop of an exported map sends PROV_REVOKE (its id) on the
+ * native link of every connection with a provider to a peer that knows it,
+ * and waits (bounded: revoke_wait_ns) until each answered or is gone. A
+ * peer records the id, flushes its provider connection (what it had in flight
+ * to the map is then complete at the target) and answers; from then on its
+ * operations on that map take the native link, where the target refuses them
+ * as a stopped map (NOT_PERMITTED, the connection breaks), as under native.
+ * The ids of one connection are kept in an array that grows to
+ * SD_PREVOKED_MAX, then a ring: a descriptor of a map revoked longer ago than
+ * that is not caught (the requester's descriptor checks still hold).
+ */
+#define SD_PREVOKED_MAX 4096u
+
+static void revoke_answer(struct doca_rdma_connection *c, uint64_t seq)
+{
+	struct sd_hdr h = {.opcode = SD_OP_PROV_REVOKE_ACK, .req_id = seq};
+
+	if (c->link && sd_link_send_ctrl(c->link, &h, NULL, 0) == 0)
+		sd_link_flush(c->link);
+}
+
+int sd_prov_on_revoke(struct doca_rdma_connection *c, const struct sd_hdr *h)
+{
+	struct ptok *k;
+
+	if (c->nprevoked == c->prevoked_cap && c->prevoked_cap < SD_PREVOKED_MAX) {
+		uint32_t cap = c->prevoked_cap ? 2 * c->prevoked_cap : 16;
+		uint64_t *ids = realloc(c->prevoked, cap * sizeof(*ids));
+
+		if (!ids)
+			return -1; /* cannot keep it: the connection breaks, nothing reaches the map */
+		c->prevoked = ids;
+		c->prevoked_cap = cap;
+	}
+	if (c->nprevoked < c->prevoked_cap) {
+		c->prevoked[c->nprevoked++] = h->map_id;
+	} else { /* full: the oldest goes */
+		c->prevoked[c->prevoked_at] = h->map_id;
+		c->prevoked_at = (c->prevoked_at + 1) % c->prevoked_cap;
+	}
+	c->prevoke_gen = ++P.revoke_gens; /* unique in the process: a later connection at c's address differs */
+	if (!P.p || !c->pconn || !c->pready || c->pbroken || !c->ptoks) {
+		revoke_answer(c, h->req_id); /* nothing of ours in flight through the provider */
+		return 0;
+	}
+	k = tok_new(c, NULL, PK_REVOKE);
+	if (!k)
+		return -1;
+	k->res = h->req_id;
+	if (P.ops->flush(c->pconn, k) != DOCA_SUCCESS) {
+		tok_unlink(k);
+		free(k);
+		return -1; /* no flush, no answer: the connection breaks and the target stops waiting */
+	}
+	return 0;
+}
+
+/* An answer covers every revocation sent before it on the connection (its flush came after them all),
+ * so one may overtake an older one; an answer to a revocation never sent is a protocol error. */
+int sd_prov_on_revoke_ack(struct doca_rdma_connection *c, const struct sd_hdr *h)
+{
+	if (h->req_id > c->revoke_sent)
+		return -1;
+	if (h->req_id > c->revoke_acked)
+		c->revoke_acked = h->req_id;
+	return 0;
+}
+
+/* Whether the peer revoked remote map m (engine lock held). A map found live is remembered with the
+ * connection's last revocation then, so the ids are scanned again only after a new one. */
+static int peer_revoked(const struct doca_rdma_connection *c, struct doca_mmap *m)
+{
+	if (m->prov_rconn == (const void *)c && m->prov_rgen == c->prevoke_gen)
+		return 0;
+	for (uint32_t i = 0; i < c->nprevoked; i++)
+		if (c->prevoked[i] == m->id)
+			return 1;
+	m->prov_rconn = c;
+	m->prov_rgen = c->prevoke_gen;
+	return 0;
+}
+
+/* How long a stop waits for the answers: a live peer's engine thread answers within a round trip and a
+ * flush; one that does not (SIGSTOPped, dead but not yet noticed) must not hold every other peer's
+ * stops for the whole engine timeout: a twentieth of it (250 ms by default), at least 50 ms. */
+static uint64_t revoke_wait_ns(void)
+{
+	uint64_t t = sd_eng_timeout_ns() / 20;
+
+	return t < 50000000ull ? 50000000ull : t;
+}
+
+static int revoke_waits(const struct doca_rdma_connection *c, uint64_t seq)
+{
+	return c->state == SDC_ESTABLISHED && c->link && !c->pbroken && c->revoke_sent >= seq && c->revoke_acked < seq;
+}
+
+/* Tell the peers that map m (local, exported, registered with the provider)
+ * stops, and wait until they answered. Engine lock held (took: by us, so we
+ * may let it go and wait). */
+static void revoke_notify(struct doca_mmap *m, int took)
+{
+	uint64_t seq = ++P.revoke_seq, deadline;
+	int sent = 0, waiting = 1;
+
+	for (struct doca_rdma *r = sd_eng_rdmas(); r; r = r->eng_next) {
+		for (struct doca_rdma_connection *c = r->conns; c; c = c->next) {
+			struct sd_hdr h = {.opcode = SD_OP_PROV_REVOKE, .req_id = seq, .map_id = m->id};
+
+			if (c->state != SDC_ESTABLISHED || !c->link || !c->prevoke || !c->pconn || c->pbroken)
+				continue;
+			memcpy(h.key, m->key, SD_KEY_LEN);
+			if (sd_link_send_ctrl(c->link, &h, NULL, 0) != 0)
+				continue; /* no memory: the link fails it */
+			sd_link_flush(c->link);
+			c->revoke_sent = seq;
+			sent++;
+		}
+	}
+	if (!sent || !took)
+		return; /* nobody to wait for, or we hold the engine: the answers come without us */
+	sd_eng_kick();
+	deadline = sd_now_ns() + revoke_wait_ns();
+	for (uint32_t spin = 0; waiting && sd_now_ns() < deadline; spin++) {
+		struct timespec ts = {0, spin < 20 ? 20000 : 500000};
+
+		sd_eng_unlock();
+		nanosleep(&ts, NULL);
+		sd_eng_lock();
+		waiting = 0;
+		for (struct doca_rdma *r = sd_eng_rdmas(); r && !waiting; r = r->eng_next)
+			for (struct doca_rdma_connection *c = r->conns; c && !waiting; c = c->next)
+				waiting = revoke_waits(c, seq);
+	}
+	if (waiting)
+		SD_WARN("doca_mmap_stop: a peer did not confirm the revocation of map %llu within %llu ms (frozen or "
+			"dead?): an operation it had queued to the map may still land",
+			(unsigned long long)m->id, (unsigned long long)(revoke_wait_ns() / 1000000));
+}
+
 static void op_done(void *arg, void *op_ctx, doca_error_t status)
 {
 	struct ptok *k = op_ctx;
@@ -1022,6 +1177,8 @@ static void op_done(void *arg, void *op_ctx, doca_error_t status)
 		tok_unlink(k);
 		if (k->t)
 			finish(k->t, status, k->res);
+		if (k->kind == PK_REVOKE && status == DOCA_SUCCESS)
+			revoke_answer(c, k->res);
 		free(k);
 		if (status != DOCA_SUCCESS)
 			break_later(c);
@@ -1208,6 +1365,10 @@ static int refused(struct sd_rtask *t, struct doca_rdma_connection *c, const str
 static int table_refuses(const struct sd_rtask *t, const struct doca_rdma_connection *c, const struct doca_mmap *m,
 			 uint64_t raddr)
 {
+	if (c->nprevoked && peer_revoked(c, (struct doca_mmap *)m)) { /* the target stopped it (PROV_REVOKE) */
+		P.revoke_refused++;
+		return 1;
+	}
 	if (sd_xport_check(c->link, m, raddr, op_len(t), op_need(t)) != 0)
 		return 0;
 	P.table_refused++;
@@ -1536,13 +1697,14 @@ static void release_held(struct doca_rdma_connection *c)
 long sd_prov_counter(const char *name)
 {
 	long v = -1;
-	int took, bridge = !strcmp(name, "table_refused"); /* the bridge's own */
+	int took, table = !strcmp(name, "table_refused"), revoked = !strcmp(name, "revoke_refused");
+	int bridge = table || revoked; /* the bridge's own */
 
 	if (!P.p || (!bridge && !P.ops->counter))
 		return -1;
 	lock_engine(&took);
 	if (P.p)
-		v = bridge ? (long)P.table_refused : P.ops->counter(P.p, name);
+		v = table ? (long)P.table_refused : revoked ? (long)P.revoke_refused : P.ops->counter(P.p, name);
 	unlock_engine(took);
 	return v;
 }

@@ -1,0 +1,112 @@
+"""A stopped map is revoked between hosts under a provider whose fabric does not refuse old keys.
+
+UCX's tcp and libfabric's tcp write a one-sided operation's bytes wherever its key says; on one host softdoca's
+requester checks the target's live registration table, between hosts nothing did: a requester holding the
+descriptor of a map the target had stopped (and maybe freed) still wrote into it. Now the target's
+``doca_mmap_stop`` tells its peers (PROV_REVOKE on the native link) and waits for their answers, and their later
+operations on that map take the native link, where the target refuses them (NOT_PERMITTED, as under native).
+
+The two processes run in two network namespaces joined by a veth pair (two hosts to UCX and libfabric), with
+SOFTDOCA_TRANSPORT=tcp: they still share a pid namespace and a kernel, where softdoca's same-host path would map the
+target's registration table and refuse the write at the requester; on two hosts there is no such table.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import random
+import signal
+from typing import Dict, Iterator
+
+import pytest
+
+from netns import NetnsPair, ns_exec, veth_namespaces
+from pydoca._native import soft_fn
+from rdma_util import ALL_REMOTE, PeerProc
+
+pytestmark = pytest.mark.timeout(180)
+
+PROVIDERS: Dict[str, Dict[str, str]] = {
+    "ucx": {"SOFTDOCA_PROVIDER": "ucx", "UCX_TLS": "tcp", "SOFTDOCA_TRANSPORT": "tcp"},
+    "ofi": {"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "tcp", "SOFTDOCA_TRANSPORT": "tcp"},
+}
+SIZE, CHUNK = 1 << 16, 4096
+
+
+def _built() -> str:
+    fn = soft_fn("softdoca_providers_built", ctypes.c_char_p)
+    return fn().decode() if fn else "native"
+
+
+@pytest.fixture(scope="module")
+def netns() -> Iterator[NetnsPair]:
+    with veth_namespaces("10.200.93") as pair:
+        yield pair
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_a_stopped_map_is_refused_between_hosts(netns: NetnsPair, provider: str) -> None:
+    if provider not in _built().split(","):
+        pytest.skip(f"softdoca built without the {provider} provider")
+    env = PROVIDERS[provider]
+    target = PeerProc(env=env, prefix=ns_exec(netns.b))
+    requester = PeerProc(env=env, prefix=ns_exec(netns.a))
+    try:
+        port = random.randint(20000, 40000)
+        started = target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm",
+                              port=port, iface=netns.vb, fill=0x22)
+        target.post("wait_conn")                          # it progresses (accepts) while the requester connects
+        requester.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
+                       port=port, iface=netns.va, addr=netns.ip_b, fill=0x5C)
+        target.answer("wait_conn")
+        up = requester.call("provider_up")["transport"]
+        assert up and "tcp" in up, f"the {provider} connection never came up over tcp: {up}"
+        requester.call("write_burst", blob=started["mmap"], n=2, size=CHUNK)
+        assert [r["error"] for r in requester.call("burst_results", wait=10)["results"]] == [None, None]
+        landed = bytes([0x5C]) * (2 * CHUNK) + bytes([0x22]) * (SIZE - 2 * CHUNK)
+        assert target.call("digest")["sha"] == hashlib.sha256(landed).hexdigest()   # through the provider
+
+        target.call("stop_mmap")                          # returns once the requester answered the revocation
+        requester.call("write_burst", blob=started["mmap"], n=1, size=CHUNK)
+        results = requester.call("burst_results", wait=15)["results"]
+        assert results[0]["error"] == "DOCA_ERROR_NOT_PERMITTED", results
+        assert "is not registered on the target" in results[0]["message"], results
+        assert target.call("digest")["sha"] == hashlib.sha256(landed).hexdigest()   # nothing reached it
+    finally:
+        requester.close()
+        target.close()
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_a_frozen_peer_holds_a_stop_only_briefly(provider: str) -> None:
+    """Two requesters, one SIGSTOPped: the target's stop waits for the live one's answer and at most a twentieth
+    of the engine timeout (250 ms) for the frozen one, not the whole timeout; the live one is then refused."""
+    if provider not in _built().split(","):
+        pytest.skip(f"softdoca built without the {provider} provider")
+    env = PROVIDERS[provider]
+    target, frozen, live = PeerProc(env=env), PeerProc(env=env), PeerProc(env=env)
+    try:
+        port = random.randint(20000, 40000)
+        started = target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm",
+                              port=port, fill=0x22)
+        target.post("wait_conn", n=2)
+        for p in (frozen, live):
+            p.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
+                   port=port, fill=0x5C)
+            assert p.call("provider_up")["transport"]
+        target.answer("wait_conn")
+        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        try:
+            took = target.call("stop_mmap")["seconds"]
+        finally:
+            os.kill(frozen.proc.pid, signal.SIGCONT)
+        assert took < 2.5, f"the stop waited {took:.2f} s for a frozen peer (engine timeout 5 s)"
+        before = target.call("digest")["sha"]
+        live.call("write_burst", blob=started["mmap"], n=1, size=CHUNK)
+        results = live.call("burst_results", wait=15)["results"]
+        assert results[0]["error"] == "DOCA_ERROR_NOT_PERMITTED", results
+        assert target.call("digest")["sha"] == before
+    finally:
+        for p in (live, frozen, target):
+            p.close()
