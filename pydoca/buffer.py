@@ -81,12 +81,21 @@ class _BufSource(Resource):
     def close(self) -> None:
         """Close the Buffers handed out, then stop and destroy. Tasks in flight hold their Buffers
         (pydoca.ctx.Task): those on the maps of Buffers still open here are finished first, as
-        :meth:`MemoryMap.close <pydoca.memory.MemoryMap.close>` finishes its tasks. Idempotent."""
-        if not self.closed:
-            kids = [c for c in (self._children.get(k) for k in list(self._children.keys())) if c is not None]
-            maps = {id(m): m for m in (getattr(c, "_mmap", None) for c in kids) if m is not None and m._tasks}
-            for m in maps.values():
-                m._drain(m.CLOSE_DRAIN_BOUND)
+        :meth:`MemoryMap.close <pydoca.memory.MemoryMap.close>` finishes its tasks. Elements still held by
+        something else (tasks whose Buffers were all closed by hand, a range batch): InUseError, and the
+        object stays open, so close() again once they completed. Idempotent."""
+        if self.closed:
+            return
+        kids = [c for c in (self._children.get(k) for k in list(self._children.keys())) if c is not None]
+        maps = {id(m): m for m in (getattr(c, "_mmap", None) for c in kids) if m is not None and m._tasks}
+        for m in maps.values():
+            m._drain(m.CLOSE_DRAIN_BOUND)
+        mine = {id(c) for c in kids if isinstance(c, Buffer) and not c.closed}
+        held = self._count("num_elements") - self._count("num_free_elements")
+        if held > len(mine):
+            raise InUseError(f"{held - len(mine)} element(s) of this {self._what} are still referenced (by tasks "
+                             "in flight whose Buffers were closed, a range batch, or doca_buf_inc_refcount); "
+                             "let those tasks complete, then close() it again", code=InUseError.code)
         super().close()
 
     @property

@@ -73,6 +73,18 @@ def test_a_stopped_map_is_refused_between_hosts(netns: NetnsPair, provider: str)
         assert results[0]["error"] == "DOCA_ERROR_NOT_PERMITTED", results
         assert "is not registered on the target" in results[0]["message"], results
         assert target.call("digest")["sha"] == hashlib.sha256(landed).hexdigest()   # nothing reached it
+
+        # the refusal broke the connection (RC); a new one to the same process refuses the kept descriptor too
+        assert "disconnected" in target.call("conn_events", want="disconnected", wait=10)["events"]
+        target.post("wait_conn")
+        requester.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
+                       port=port, iface=netns.va, addr=netns.ip_b, fill=0x7E)
+        target.answer("wait_conn")
+        assert requester.call("provider_up")["transport"]
+        requester.call("write_burst", blob=started["mmap"], n=1, size=CHUNK)
+        results = requester.call("burst_results", wait=15)["results"]
+        assert results[0]["error"] == "DOCA_ERROR_NOT_PERMITTED", results
+        assert target.call("digest")["sha"] == hashlib.sha256(landed).hexdigest()
     finally:
         requester.close()
         target.close()

@@ -184,7 +184,22 @@ def test_an_inventory_closed_under_tasks_it_cannot_see_says_why(local: Local, pe
     dst.close()
     with pytest.raises(pydoca.errors.InUseError, match="let those tasks complete"):
         inv.close()
+    assert not inv.closed                                    # still open: closed once its elements came back
     task.result(10)
     assert peer.call("digest")["sha"] == hashlib.sha256(bytes(data)).hexdigest()
-    inv._node.run(raise_errors=True)                         # what exit would do: nothing is held any more
-    assert inv._node.state == "done"
+    assert inv.num_free == inv.capacity
+    inv.close()
+    assert inv.closed
+
+
+def test_an_atomic_whose_result_buffer_was_closed_still_completes(local: Local, peer: PeerProc) -> None:
+    """The previous value is read through the descriptor the task holds, not through the closed Buffer."""
+    conn, started = connect(local, peer, "oob", fill=0)
+    remote = local.remote(started["mmap"])
+    room = bytearray(8)
+    res = local.inv.buffer(local.local(room), empty=True)
+    task = local.rdma.fetch_add(conn, local.inv.buffer(remote, length=8), res, add=5)
+    res.close()
+    assert task.result(10) == 0
+    assert local.rdma.fetch_add(conn, local.inv.buffer(remote, length=8),
+                                local.inv.buffer(local.local(bytearray(8)), empty=True), add=1).result(10) == 5

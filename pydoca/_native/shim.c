@@ -466,9 +466,19 @@ struct pydoca_run {
 	struct pydoca_batch_slot *slots;
 	struct doca_task *held;
 	uint32_t held_i;
+	int ranges;    /* a range batch: a task that did not go in gives its buffers back now (they are taken again
+			* if it is submitted later); a batch of buffers keeps its references until the task is submitted
+			* again or refused (TaskBatch._refuse) */
 };
 
-/* Submit the held task (flush: it is the run's last); on failure it is freed with its buffers. */
+/* Task i of the run did not go in: its slot's buffers go back where the run took them. */
+static void pydoca_run_drop(struct pydoca_run *r, uint32_t i)
+{
+	if (r->ranges)
+		pydoca_slot_release(&r->slots[i]);
+}
+
+/* Submit the held task (flush: it is the run's last); on failure it is freed (pydoca_run_drop for its buffers). */
 static doca_error_t pydoca_run_go(struct pydoca_run *r, int flush)
 {
 	struct doca_task *t = r->held;
@@ -480,22 +490,22 @@ static doca_error_t pydoca_run_go(struct pydoca_run *r, int flush)
 	rc = pydoca_batch_go(t, flush);
 	if (rc != DOCA_SUCCESS) {
 		doca_task_free(t);
-		pydoca_slot_release(&r->slots[r->held_i]);
+		pydoca_run_drop(r, r->held_i);
 		return rc;
 	}
 	r->batch->submitted++;
 	return DOCA_SUCCESS;
 }
 
-/* Task i was allocated: the held one goes (without FLUSH) and i is held. On failure i is freed with its buffers
- * and the run is over. */
+/* Task i was allocated: the held one goes (without FLUSH) and i is held. On failure i is freed too
+ * (pydoca_run_drop) and the run is over. */
 static doca_error_t pydoca_run_next(struct pydoca_run *r, struct doca_task *task, uint32_t i)
 {
 	doca_error_t rc = pydoca_run_go(r, 0);
 
 	if (rc != DOCA_SUCCESS) {
 		doca_task_free(task);
-		pydoca_slot_release(&r->slots[i]);
+		pydoca_run_drop(r, i);
 		return rc;
 	}
 	r->held = task;
@@ -585,7 +595,7 @@ doca_error_t pydoca_rdma_batch_submit_ranges(struct doca_rdma *rdma, int kind, s
 {
 	void *lbase = NULL, *rbase = NULL;
 	size_t llen = 0, rlen = 0;
-	struct pydoca_run run = {.batch = batch, .slots = slots};
+	struct pydoca_run run = {.batch = batch, .slots = slots, .ranges = 1};
 	doca_error_t rc;
 	uint32_t i;
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from .._native import callbacks, ffi, lib
 from ..ctx import CtxState
-from ..errors import BadStateError, DocaError, NoMemoryError, check, error_for
+from ..errors import BadStateError, DocaError, NoMemoryError, TooBigError, check, error_for
 from .tasks import to_be32
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 KINDS = {"write": 0, "read": 1, "send": 2, "write_imm": 3, "send_imm": 4}
 _NO_MEMORY = NoMemoryError.code
 _BAD_STATE = BadStateError.code
+_TOO_BIG = TooBigError.code
 _closed = attrgetter("_closed")
 
 
@@ -157,7 +158,11 @@ class TaskBatch:
         if any(map(_closed, a)) or (b is not None and any(map(_closed, b))):
             raise BadStateError(f"a Buffer of this {self.kind} batch was closed: build a new batch from open "
                                 "Buffers", code=_BAD_STATE)
-        check(lib.pydoca_batch_hold(self._a, self._b, self._slots, self.n), f"doca_buf_inc_refcount ({self.kind} batch)")
+        rc = lib.pydoca_batch_hold(self._a, self._b, self._slots, self.n)
+        if rc == _TOO_BIG:
+            raise TooBigError(f"a Buffer appears in this {self.kind} batch more often than a doca_buf's refcount "
+                              "allows (65,535 references): split the batch", code=rc)
+        check(rc, f"doca_buf_inc_refcount ({self.kind} batch)")
 
     def _pump(self) -> None:
         """Submit what the task pool takes now; the rest as completions free it."""

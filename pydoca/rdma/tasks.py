@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from .._native import ffi, lib
 from ..ctx import Task
+from ..errors import check
 
 if TYPE_CHECKING:
     from ..buffer import Buffer
@@ -137,8 +138,11 @@ class AtomicTask(Task[int]):
         return f" (result buffer room {room} bytes; the 8-byte original value needs 8)" if room < 8 else ""
 
     def _collect(self, c_task: Any) -> int:
-        view = self._result.memoryview()
-        return int.from_bytes(bytes(view[-8:]), "little")
+        # through the descriptor, which the task holds until it is done: the Buffer may have been closed under it
+        h, data, n = self._result._handle, ffi.new("void **"), ffi.new("size_t *")
+        check(lib.doca_buf_get_data(h, data), "doca_buf_get_data")
+        check(lib.doca_buf_get_data_len(h, n), "doca_buf_get_data_len")
+        return int.from_bytes(ffi.buffer(ffi.cast("char *", data[0]) + n[0] - 8, 8)[:], "little")
 
 
 class ReceiveTask(Task[Received]):

@@ -184,8 +184,8 @@ struct doca_mmap {
 	struct sd_prov_rkey *prov_rkey;
 	uint8_t *prov_blob;
 	size_t prov_blob_len;
-	/* remote: found not revoked on connection prov_rconn after its revocation prov_rgen (rdma_prov.c) */
-	const void *prov_rconn;
+	/* remote: found not revoked in its target's revocation set prov_rset after prov_rgen (rdma_prov.c) */
+	const void *prov_rset;
 	uint64_t prov_rgen;
 };
 

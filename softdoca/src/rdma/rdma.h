@@ -496,9 +496,8 @@ struct doca_rdma_connection {
 	 * the peer's maps stopped */
 	int prevoke;
 	uint64_t revoke_sent, revoke_acked;
-	uint64_t *prevoked;                  /* ids, grown to SD_PREVOKED_MAX, then a ring (prevoked_at: the oldest) */
-	uint32_t nprevoked, prevoked_cap, prevoked_at;
-	uint64_t prevoke_gen;                /* the last revocation received (a process-wide count) */
+	void *prevset;                       /* the peer process's revoked maps (looked up at prevset_ver) */
+	uint64_t prevset_ver;
 	uint32_t peer_budget_ms;             /* the peer's RNR budget (PROV_ADDR) */
 	uint32_t pm_tx_seq;                  /* the next message's sequence */
 	struct ptok *pm_head, *pm_tail;      /* sent and not yet acknowledged, in order */

@@ -61,7 +61,6 @@ static void conn_free(struct doca_rdma_connection *c)
 {
 	sd_handle_del(c);
 	SD_LIVE_DEC(SD_LIVE_CONN);
-	free(c->prevoked);
 	free(c);
 }
 

@@ -1020,9 +1020,10 @@ static void msg_settle(struct ptok *k)
  * to the map is then complete at the target) and answers; from then on its
  * operations on that map take the native link, where the target refuses them
  * as a stopped map (NOT_PERMITTED, the connection breaks), as under native.
- * The ids of one connection are kept in an array that grows to
- * SD_PREVOKED_MAX, then a ring: a descriptor of a map revoked longer ago than
- * that is not caught (the requester's descriptor checks still hold).
+ * The ids are kept per peer process (struct revset), each in an array that
+ * grows to SD_PREVOKED_MAX, then a ring: a descriptor of a map revoked longer
+ * ago than that, or by a process forgotten (SD_REVSETS_MAX), is not caught
+ * (the requester's descriptor checks still hold).
  */
 #define SD_PREVOKED_MAX 4096u
 
@@ -1034,26 +1035,92 @@ static void revoke_answer(struct doca_rdma_connection *c, uint64_t seq)
 		sd_link_flush(c->link);
 }
 
-int sd_prov_on_revoke(struct doca_rdma_connection *c, const struct sd_hdr *h)
-{
-	struct ptok *k;
+/* The maps one peer process (its instance) revoked: shared by every connection to it, so a connection
+ * made later (a reconnect after the first one broke) still refuses a descriptor kept from before. At most
+ * SD_REVSETS_MAX processes are remembered (the least recently revoking one goes first). */
+#define SD_REVSETS_MAX 64u
 
-	if (c->nprevoked == c->prevoked_cap && c->prevoked_cap < SD_PREVOKED_MAX) {
-		uint32_t cap = c->prevoked_cap ? 2 * c->prevoked_cap : 16;
-		uint64_t *ids = realloc(c->prevoked, cap * sizeof(*ids));
+struct revset {
+	struct revset *next;
+	uint64_t instance;
+	uint64_t *ids;                 /* grown to SD_PREVOKED_MAX, then a ring (at: the oldest) */
+	uint32_t n, cap, at;
+	uint64_t gen;                  /* its last revocation (P.revoke_gens: unique in the process) */
+};
+
+static struct revset *revsets;
+static uint32_t nrevsets;
+static uint64_t revsets_ver;       /* bumped when a set comes or goes (connections cache their lookup) */
+
+/* The set of a peer instance, made (evicting the least recently revoking) when create. Engine lock held. */
+static struct revset *revset_of(uint64_t instance, int create)
+{
+	struct revset *s, **pp, **oldest = NULL;
+
+	for (s = revsets; s; s = s->next)
+		if (s->instance == instance)
+			return s;
+	if (!create)
+		return NULL;
+	if (nrevsets >= SD_REVSETS_MAX) {
+		for (pp = &revsets; *pp; pp = &(*pp)->next)
+			if (!oldest || (*pp)->gen < (*oldest)->gen)
+				oldest = pp;
+		s = *oldest;
+		*oldest = s->next;
+		free(s->ids);
+		free(s);
+		nrevsets--;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->instance = instance;
+	s->next = revsets;
+	revsets = s;
+	nrevsets++;
+	revsets_ver++;
+	return s;
+}
+
+/* The set of c's peer, looked up once per change of the sets (NULL: it revoked nothing we remember). */
+static struct revset *conn_revset(struct doca_rdma_connection *c)
+{
+	if (c->prevset_ver != revsets_ver + 1) {
+		c->prevset = revset_of(c->pinstance, 0);
+		c->prevset_ver = revsets_ver + 1;
+	}
+	return c->prevset;
+}
+
+static int revset_add(struct revset *s, uint64_t map_id)
+{
+	if (s->n == s->cap && s->cap < SD_PREVOKED_MAX) {
+		uint32_t cap = s->cap ? 2 * s->cap : 16;
+		uint64_t *ids = realloc(s->ids, cap * sizeof(*ids));
 
 		if (!ids)
-			return -1; /* cannot keep it: the connection breaks, nothing reaches the map */
-		c->prevoked = ids;
-		c->prevoked_cap = cap;
+			return -1;
+		s->ids = ids;
+		s->cap = cap;
 	}
-	if (c->nprevoked < c->prevoked_cap) {
-		c->prevoked[c->nprevoked++] = h->map_id;
+	if (s->n < s->cap) {
+		s->ids[s->n++] = map_id;
 	} else { /* full: the oldest goes */
-		c->prevoked[c->prevoked_at] = h->map_id;
-		c->prevoked_at = (c->prevoked_at + 1) % c->prevoked_cap;
+		s->ids[s->at] = map_id;
+		s->at = (s->at + 1) % s->cap;
 	}
-	c->prevoke_gen = ++P.revoke_gens; /* unique in the process: a later connection at c's address differs */
+	s->gen = ++P.revoke_gens;
+	return 0;
+}
+
+int sd_prov_on_revoke(struct doca_rdma_connection *c, const struct sd_hdr *h)
+{
+	struct revset *s = revset_of(c->pinstance, 1);
+	struct ptok *k;
+
+	if (!s || revset_add(s, h->map_id) != 0)
+		return -1; /* cannot keep it: the connection breaks, nothing reaches the map */
 	if (!P.p || !c->pconn || !c->pready || c->pbroken || !c->ptoks) {
 		revoke_answer(c, h->req_id); /* nothing of ours in flight through the provider */
 		return 0;
@@ -1081,17 +1148,19 @@ int sd_prov_on_revoke_ack(struct doca_rdma_connection *c, const struct sd_hdr *h
 	return 0;
 }
 
-/* Whether the peer revoked remote map m (engine lock held). A map found live is remembered with the
- * connection's last revocation then, so the ids are scanned again only after a new one. */
-static int peer_revoked(const struct doca_rdma_connection *c, struct doca_mmap *m)
+/* Whether c's peer revoked remote map m (engine lock held). A map found live is remembered with the
+ * set's last revocation then, so the ids are scanned again only after a new one. */
+static int peer_revoked(struct doca_rdma_connection *c, struct doca_mmap *m)
 {
-	if (m->prov_rconn == (const void *)c && m->prov_rgen == c->prevoke_gen)
+	const struct revset *s = conn_revset(c);
+
+	if (!s || (m->prov_rset == (const void *)s && m->prov_rgen == s->gen))
 		return 0;
-	for (uint32_t i = 0; i < c->nprevoked; i++)
-		if (c->prevoked[i] == m->id)
+	for (uint32_t i = 0; i < s->n; i++)
+		if (s->ids[i] == m->id)
 			return 1;
-	m->prov_rconn = c;
-	m->prov_rgen = c->prevoke_gen;
+	m->prov_rset = s;
+	m->prov_rgen = s->gen;
 	return 0;
 }
 
@@ -1362,10 +1431,10 @@ static int refused(struct sd_rtask *t, struct doca_rdma_connection *c, const str
  * takes the native link, where the target refuses it with its reason and the
  * connection breaks (RC semantics). Elsewhere the descriptor's checks above
  * stand (docs/providers.md, "What each provider enforces"). */
-static int table_refuses(const struct sd_rtask *t, const struct doca_rdma_connection *c, const struct doca_mmap *m,
+static int table_refuses(const struct sd_rtask *t, struct doca_rdma_connection *c, struct doca_mmap *m,
 			 uint64_t raddr)
 {
-	if (c->nprevoked && peer_revoked(c, (struct doca_mmap *)m)) { /* the target stopped it (PROV_REVOKE) */
+	if (revsets && peer_revoked(c, m)) { /* its target stopped it (PROV_REVOKE) */
 		P.revoke_refused++;
 		return 1;
 	}
