@@ -96,8 +96,10 @@ def test_dlpack_and_readonly(engine: TransferEngine) -> None:
 
 
 def test_eight_peers_one_batch(engine: TransferEngine) -> None:
-    targets = [Target(f"s:{2 * MiB}") for _ in range(8)]
+    targets: List[Target] = []
     try:
+        for _ in range(8):                 # one by one: a target that fails to start leaves the others killed
+            targets.append(Target(f"s:{2 * MiB}"))
         src = np.random.default_rng(8).integers(0, 256, 2 * MiB, dtype=np.uint8)
         engine.register("src", src)
         remotes = [engine.open_segment(f"{t.address}/s") for t in targets]
