@@ -1425,14 +1425,15 @@ static int refused(struct sd_rtask *t, struct doca_rdma_connection *c, const str
 	return 1;
 }
 
-/* On a peer of this host whose registration table is mapped, the target's
- * live table decides, as it does for a same-host copy: an operation it does
- * not grant (a stopped map, a forged key or range) leaves the provider and
- * takes the native link, where the target refuses it with its reason and the
- * connection breaks (RC semantics). Elsewhere the descriptor's checks above
- * stand (docs/providers.md, "What each provider enforces"). */
-static int table_refuses(const struct sd_rtask *t, struct doca_rdma_connection *c, struct doca_mmap *m,
-			 uint64_t raddr)
+/* Whether the target would refuse the operation although the descriptor's
+ * checks above pass: a map it revoked (PROV_REVOKE), or, on a peer of this
+ * host whose registration table is mapped, what its live table does not grant
+ * (a stopped map, a forged key or range), as for a same-host copy. Such an
+ * operation leaves the provider and takes the native link, where the target
+ * refuses it with its reason and the connection breaks (RC semantics)
+ * (docs/providers.md, "What each provider enforces"). */
+static int target_refuses(const struct sd_rtask *t, struct doca_rdma_connection *c, struct doca_mmap *m,
+			  uint64_t raddr)
 {
 	if (revsets && peer_revoked(c, m)) { /* its target stopped it (PROV_REVOKE) */
 		P.revoke_refused++;
@@ -1509,7 +1510,7 @@ static int msg_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 		raddr = (uint64_t)(uintptr_t)r->data;
 		if (refused(t, c, r->mmap, raddr))
 			return 1;
-		if (table_refuses(t, c, r->mmap, raddr))
+		if (target_refuses(t, c, r->mmap, raddr))
 			return 0;
 		w = tok_new(c, NULL, PK_SUB);
 		if (!w) {
@@ -1607,7 +1608,7 @@ static int prov_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 	raddr = (uint64_t)(uintptr_t)r->data;
 	if (refused(t, c, r->mmap, raddr))
 		return 1;
-	if (table_refuses(t, c, r->mmap, raddr))
+	if (target_refuses(t, c, r->mmap, raddr))
 		return 0;
 	n = local_iov(t, iov, (int)SD_RDMA_MAX_BUF_LIST);
 	if (n < 0)
