@@ -133,14 +133,14 @@ class Peer:
             self.pe.wait(0.05)
         return {"events": self.events}
 
-    def write_burst(self, blob: str, n: int, size: int) -> Dict[str, Any]:
-        """Submit n writes of size bytes into the peer's mmap ``blob`` and return
+    def write_burst(self, blob: str, n: int, size: int, roff: int = 0) -> Dict[str, Any]:
+        """Submit n writes of size bytes into the peer's mmap ``blob`` (from its offset ``roff``) and return
         at once (the tasks stay outstanding); see burst_results."""
         import time
         rm = pydoca.MemoryMap.from_export(self.dev, unb64(blob))
         self.stack.callback(rm.close)
         self.burst = [self.rdma.write(self.conn, self.inv.buffer(self.mm, offset=i * size, length=size),
-                                      self.inv.buffer(rm, offset=i * size, length=size)) for i in range(n)]
+                                      self.inv.buffer(rm, offset=roff + i * size, length=size)) for i in range(n)]
         submitted = time.monotonic()
         self.pe.progress_all()
         return {"submitted": submitted, "done": sum(t.done for t in self.burst)}
@@ -181,6 +181,13 @@ class Peer:
             self.rdma.write_imm(self.conn, self.inv.buffer(mm, offset=0, length=4),
                                 self.inv.buffer(rm, offset=0, length=4, empty=True), max(imm, 0)).result(10)
         return {}
+
+    def counters(self, names: List[str]) -> Dict[str, Any]:
+        """softdoca_debug_counter of each name (-1: none such)."""
+        import ctypes
+        from pydoca._native import soft_fn
+        fn = soft_fn("softdoca_debug_counter", ctypes.c_long, ctypes.c_char_p)
+        return {"values": {n: int(fn(n.encode())) if fn else -1 for n in names}}
 
     def stop_mmap(self) -> Dict[str, Any]:
         import time

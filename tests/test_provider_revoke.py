@@ -12,6 +12,7 @@ target's registration table and refuse the write at the requester; on two hosts 
 """
 from __future__ import annotations
 
+import base64
 import ctypes
 import hashlib
 import os
@@ -23,7 +24,7 @@ import pytest
 
 from netns import NetnsPair, ns_exec, veth_namespaces
 from pydoca._native import soft_fn
-from rdma_util import ALL_REMOTE, PeerProc
+from rdma_util import ALL_REMOTE, PeerProc, forge_export
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -65,7 +66,14 @@ def test_a_stopped_map_is_refused_between_hosts(netns: NetnsPair, provider: str)
         requester.call("write_burst", blob=started["mmap"], n=2, size=CHUNK)
         assert [r["error"] for r in requester.call("burst_results", wait=10)["results"]] == [None, None]
         landed = bytes([0x5C]) * (2 * CHUNK) + bytes([0x22]) * (SIZE - 2 * CHUNK)
-        assert target.call("digest")["sha"] == hashlib.sha256(landed).hexdigest()   # through the provider
+        assert target.call("digest")["sha"] == hashlib.sha256(landed).hexdigest()
+        # the first write asked the target to confirm the descriptor (PROV_CHECK) and both waited for the answer,
+        # then took the provider, as the next ones do
+        names = ["provider:checks_sent", "provider:check_native", "provider:one_sided"]
+        assert requester.call("counters", names=names)["values"] == dict(zip(names, [1, 0, 2]))
+        requester.call("write_burst", blob=started["mmap"], n=2, size=CHUNK)
+        assert [r["error"] for r in requester.call("burst_results", wait=10)["results"]] == [None, None]
+        assert requester.call("counters", names=names)["values"] == dict(zip(names, [1, 0, 4]))
 
         target.call("stop_mmap")                          # returns once the requester answered the revocation
         requester.call("write_burst", blob=started["mmap"], n=1, size=CHUNK)
@@ -122,3 +130,46 @@ def test_a_frozen_peer_holds_a_stop_only_briefly(provider: str) -> None:
     finally:
         for p in (live, frozen, target):
             p.close()
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+@pytest.mark.parametrize("case", ["stale", "forged"])
+def test_a_descriptor_its_target_does_not_grant_never_takes_the_provider(netns: NetnsPair, provider: str,
+                                                                         case: str) -> None:
+    """No revocation notice can reach a process that connects after the map stopped, and nothing at all stops a
+    descriptor whose range was edited: between hosts the requester asks the target to confirm a descriptor
+    (PROV_CHECK) before operations on it take the provider; until then, and after a refusal, they take the native
+    link, where the target refuses them with its reason. On the code before, the stale write landed in the stopped
+    map under UCX's tcp and reset the connection under libfabric's; the forged one was refused at the requester by
+    the provider's check of its own key section (left unedited here), without the target's reason."""
+    if provider not in _built().split(","):
+        pytest.skip(f"softdoca built without the {provider} provider")
+    env = PROVIDERS[provider]
+    target = PeerProc(env=env, prefix=ns_exec(netns.b))
+    requester = PeerProc(env=env, prefix=ns_exec(netns.a))
+    try:
+        port = random.randint(20000, 40000)
+        started = target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm",
+                              port=port, iface=netns.vb, fill=0x22)
+        before = target.call("digest")["sha"]
+        blob, roff = started["mmap"], 0
+        if case == "stale":
+            target.call("stop_mmap")                      # nobody is connected: nobody hears of it
+        else:                                             # the same map, a descriptor claiming four times its size
+            blob, roff = base64.b64encode(forge_export(base64.b64decode(blob), length=SIZE * 4)).decode(), SIZE
+        target.post("wait_conn")
+        requester.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
+                       port=port, iface=netns.va, addr=netns.ip_b, fill=0x5C)
+        target.answer("wait_conn")
+        assert requester.call("provider_up")["transport"]
+        requester.call("write_burst", blob=blob, n=1, size=CHUNK, roff=roff)
+        results = requester.call("burst_results", wait=15)["results"]
+        assert results[0]["error"] == "DOCA_ERROR_NOT_PERMITTED", results
+        want = "is not registered on the target" if case == "stale" else "is outside mmap"
+        assert "target refused" in results[0]["message"] and want in results[0]["message"], results
+        assert target.call("digest")["sha"] == before
+        names = ["provider:checks_sent", "provider:check_native", "provider:one_sided"]
+        assert requester.call("counters", names=names)["values"] == dict(zip(names, [1, 1, 0]))
+    finally:
+        requester.close()
+        target.close()

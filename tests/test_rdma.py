@@ -380,7 +380,7 @@ def test_out_of_bounds_and_wrong_key_and_stopped_mmap(local: Local, peer: PeerPr
 
 def _bridge_refused(counter: Any) -> int:
     """One-sided operations the provider bridge sent over the native link for the target to refuse."""
-    return int(counter(b"provider:table_refused")) + int(counter(b"provider:revoke_refused"))
+    return sum(int(counter(b"provider:" + name)) for name in (b"table_refused", b"revoke_refused", b"check_native"))
 
 
 def test_local_buffer_larger_than_remote_names_both_lengths(local: Local, peer: PeerProc) -> None:

@@ -91,7 +91,7 @@ int sd_hdr_decode(const uint8_t in[SD_HDR_LEN], struct sd_hdr *h)
 	case SD_OP_SEND: case SD_OP_SEND_IMM: case SD_OP_READ: case SD_OP_CMP_SWP:
 	case SD_OP_FETCH_ADD: case SD_OP_RESP: case SD_OP_READ_RESP: case SD_OP_ATOMIC_RESP:
 	case SD_OP_PING: case SD_OP_PONG: case SD_OP_RNR_WAIT: case SD_OP_DISCONNECT: case SD_OP_PROV_ADDR:
-	case SD_OP_PROV_REVOKE: case SD_OP_PROV_REVOKE_ACK:
+	case SD_OP_PROV_REVOKE: case SD_OP_PROV_REVOKE_ACK: case SD_OP_PROV_CHECK: case SD_OP_PROV_CHECK_ACK:
 		break;
 	default:
 		return -1;

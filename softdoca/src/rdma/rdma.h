@@ -144,6 +144,10 @@ enum sd_wire_op {
 	SD_OP_PROV_REVOKE = 53, /* a provider's map was stopped (map_id, key; req_id: the revocation's sequence):
 				 * only to a peer that said it knows it (PROV_ADDR flag) */
 	SD_OP_PROV_REVOKE_ACK = 54, /* answer (req_id): nothing of ours is in flight to that map any more */
+	SD_OP_PROV_CHECK = 55,  /* requester -> target: is this descriptor (instance, map_id, key, raddr/rlen: its
+				 * range, arg0: its access) live and will you revoke it to me? (req_id: its sequence);
+				 * only to a peer that said it answers (PROV_ADDR flag) */
+	SD_OP_PROV_CHECK_ACK = 56, /* answer (req_id, map_id; status: DOCA_SUCCESS, NOT_PERMITTED, or AGAIN: ask later) */
 };
 
 /* Why the target refused an operation (arg0 of an error response). */
@@ -495,6 +499,8 @@ struct doca_rdma_connection {
 	 * target, the last one sent / answered on this connection; as requester,
 	 * the peer's maps stopped */
 	int prevoke;
+	int pcheck;                          /* the peer answers PROV_CHECK (between hosts: a descriptor is confirmed
+					      * by its target before operations on it take the provider) */
 	uint64_t revoke_sent, revoke_acked;
 	void *prevset;                       /* the peer process's revoked maps (looked up at prevset_ver) */
 	uint64_t prevset_ver;
@@ -868,6 +874,9 @@ int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len
 /* Engine thread, a PROV_REVOKE / PROV_REVOKE_ACK frame on c's link: 0, or -1 (a protocol error). */
 int sd_prov_on_revoke(struct doca_rdma_connection *c, const struct sd_hdr *h);
 int sd_prov_on_revoke_ack(struct doca_rdma_connection *c, const struct sd_hdr *h);
+/* Engine thread, a PROV_CHECK (as target) / PROV_CHECK_ACK (as requester) frame: 0, or -1 (a protocol error). */
+int sd_prov_on_check(struct doca_rdma_connection *c, const struct sd_hdr *h);
+int sd_prov_on_check_ack(struct doca_rdma_connection *c, const struct sd_hdr *h);
 /* The connection closes: close its provider connection, fail what is in
  * flight there or held. */
 void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status, int linger);

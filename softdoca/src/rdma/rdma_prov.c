@@ -34,6 +34,7 @@
 #include "rdma_pmsg.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,6 +59,10 @@ static struct {
 	uint64_t revoke_refused;              /* one-sided ops on a map its target revoked (native link) */
 	uint64_t revoke_seq;                  /* the last revocation this process sent (engine lock) */
 	uint64_t revoke_gens;                 /* revocations received, all connections (engine lock) */
+	uint64_t check_seq;                   /* the last PROV_CHECK this process sent (engine lock) */
+	uint64_t checks_sent;                 /* PROV_CHECKs sent (a test reads them) */
+	uint64_t check_native;                /* one-sided ops on a descriptor its target had not confirmed (native link) */
+	uint64_t one_sided;                   /* one-sided ops the provider took (a test reads them) */
 	int no_msg;                           /* messages stay on the native link (see prov_open) */
 	int msg_env;                          /* SOFTDOCA_PROVIDER_MESSAGES: 0, 1, or -1 unset */
 	int polled;                           /* caps: SD_PROV_CAP_POLLED */
@@ -545,6 +550,7 @@ static struct sd_prov_rkey *rkey_of(struct doca_mmap *m)
 #define PA_HDR2 24
 #define PA_F_MSG 1u           /* this side takes two-sided messages through the provider */
 #define PA_F_REVOKE 2u        /* this side knows PROV_REVOKE (and answers it) */
+#define PA_F_CHECK 4u         /* this side answers PROV_CHECK */
 
 static void conn_lost(struct doca_rdma_connection *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void conn_lost(struct doca_rdma_connection *c, const char *fmt, ...)
@@ -583,7 +589,7 @@ void sd_prov_conn_start(struct doca_rdma_connection *c)
 			sd_put_le32(msg, PA_MAGIC2);
 			sd_put_le32(msg + 4, c->rdma->permissions);
 			sd_put_le64(msg + 8, sd_instance_id());
-			sd_put_le32(msg + 16, (P.no_msg ? 0 : PA_F_MSG) | PA_F_REVOKE);
+			sd_put_le32(msg + 16, (P.no_msg ? 0 : PA_F_MSG) | PA_F_REVOKE | PA_F_CHECK);
 			sd_put_le32(msg + 20, sd_rnr_budget_ms(c->rdma));
 			memcpy(msg + PA_HDR2, blob, len);
 			if (sd_conn_send_ctrl(c->link, SD_OP_PROV_ADDR, msg, PA_HDR2 + len) != 0)
@@ -625,6 +631,7 @@ int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len
 	if (hl == PA_HDR2) {
 		c->pmsg = !P.no_msg && (sd_get_le32(b + 16) & PA_F_MSG);
 		c->prevoke = (sd_get_le32(b + 16) & PA_F_REVOKE) != 0;
+		c->pcheck = (sd_get_le32(b + 16) & PA_F_CHECK) != 0;
 		c->peer_budget_ms = sd_get_le32(b + 20);
 	}
 	rc = P.ops->conn_connect(c->pconn, b + hl, len - hl, &w);
@@ -1040,12 +1047,27 @@ static void revoke_answer(struct doca_rdma_connection *c, uint64_t seq)
  * SD_REVSETS_MAX processes are remembered (the least recently revoking one goes first). */
 #define SD_REVSETS_MAX 64u
 
+/* A descriptor of a peer's map as this process asked its target to confirm it (PROV_CHECK). */
+enum { CHK_PENDING = 0, CHK_OK = 1, CHK_BAD = 2 };
+
+struct pcheck {
+	uint64_t map_id, lo, len;
+	uint8_t key[SD_KEY_LEN];
+	uint32_t perms;
+	int state;
+	int again;                     /* pending: the target said "not yet"; the native link until asked again */
+	uint64_t seq;                  /* the request's (P.check_seq) */
+	uint64_t sent_ns;              /* pending: when asked (0: ask at the next operation) */
+};
+
 struct revset {
 	struct revset *next;
 	uint64_t instance;
 	uint64_t *ids;                 /* grown to SD_PREVOKED_MAX, then a ring (at: the oldest) */
 	uint32_t n, cap, at;
 	uint64_t gen;                  /* its last revocation (P.revoke_gens: unique in the process) */
+	struct pcheck *chk;            /* its descriptors asked about: grown to SD_PCHECK_MAX, then a ring */
+	uint32_t nchk, chkcap, chkat;
 };
 
 static struct revset *revsets;
@@ -1069,6 +1091,7 @@ static struct revset *revset_of(uint64_t instance, int create)
 		s = *oldest;
 		*oldest = s->next;
 		free(s->ids);
+		free(s->chk);
 		free(s);
 		nrevsets--;
 	}
@@ -1164,6 +1187,172 @@ static int peer_revoked(struct doca_rdma_connection *c, struct doca_mmap *m)
 	return 0;
 }
 
+/*
+ * Confirmation of a descriptor between hosts. Over a fabric that does not
+ * check an operation against the target's live registrations (UCX's tcp and
+ * shared memory, libfabric's tcp) and with no same-host table mapped, the
+ * requester's checks against the descriptor were all that stood between a
+ * stale or forged descriptor and the target's memory: a process that
+ * connected after the map stopped (the revocation notice never reached it),
+ * or a descriptor whose range or key was edited. So before the first
+ * operation on a descriptor takes the provider, the requester asks its target
+ * (PROV_CHECK on the native link: map id, key, range and access as the
+ * descriptor says them). Until the answer, the connection's operations wait
+ * in its hold queue (one round trip, in order); a confirmation lets them take
+ * the provider; a refusal sends those on that descriptor to the native link,
+ * where the target refuses them with its reason (NOT_PERMITTED, the
+ * connection breaks), as under native. The target confirms only a started
+ * map that grants all the descriptor claims, and only to a peer that its
+ * later stop will notify (PROV_REVOKE): what follows is the revocation
+ * notice's. Kept per peer process beside its revocations, at most
+ * SD_PCHECK_MAX descriptors each (an older one is asked about again).
+ */
+#define SD_PCHECK_MAX 1024u
+
+static struct pcheck *check_find(struct revset *s, const struct doca_mmap *m)
+{
+	for (uint32_t i = 0; i < s->nchk; i++) {
+		struct pcheck *r = &s->chk[i];
+
+		if (r->map_id == m->id && r->lo == (uint64_t)(uintptr_t)m->addr && r->len == m->len &&
+		    r->perms == m->permissions && !memcmp(r->key, m->key, SD_KEY_LEN))
+			return r;
+	}
+	return NULL;
+}
+
+static struct pcheck *check_new(struct revset *s)
+{
+	struct pcheck *r;
+
+	if (s->nchk == s->chkcap && s->chkcap < SD_PCHECK_MAX) {
+		uint32_t cap = s->chkcap ? 2 * s->chkcap : 8;
+		struct pcheck *chk = realloc(s->chk, cap * sizeof(*chk));
+
+		if (!chk)
+			return NULL;
+		s->chk = chk;
+		s->chkcap = cap;
+	}
+	if (s->nchk < s->chkcap) {
+		r = &s->chk[s->nchk++];
+	} else { /* full: the oldest goes */
+		r = &s->chk[s->chkat];
+		s->chkat = (s->chkat + 1) % s->chkcap;
+	}
+	memset(r, 0, sizeof(*r));
+	return r;
+}
+
+/* Whether c's target confirmed remote map m's descriptor: 1 yes, 0 no (the native link), -1 not yet (wait
+ * for the answer); if it was not asked yet (or its last question went unanswered for the engine timeout),
+ * ask now. Engine lock held. */
+static int descriptor_confirmed(struct doca_rdma_connection *c, struct doca_mmap *m)
+{
+	struct revset *s;
+	struct pcheck *r;
+	uint64_t now;
+
+	if (m->prov_ok && m->prov_ok_inst == c->pinstance)
+		return 1;
+	s = revset_of(c->pinstance, 1);
+	if (!s)
+		return 0;
+	r = check_find(s, m);
+	if (r && r->state == CHK_OK) {
+		m->prov_ok = 1;
+		m->prov_ok_inst = c->pinstance;
+		return 1;
+	}
+	now = sd_now_ns();
+	if (r && r->state == CHK_BAD)
+		return 0;
+	if (r && r->sent_ns && now - r->sent_ns < sd_eng_timeout_ns())
+		return r->again ? 0 : -1;
+	if ((!r && !(r = check_new(s))) || !c->link)
+		return 0;
+	{
+		struct sd_hdr h = {.opcode = SD_OP_PROV_CHECK, .req_id = ++P.check_seq, .instance = m->peer_instance,
+				   .map_id = m->id, .raddr = (uint64_t)(uintptr_t)m->addr, .rlen = m->len,
+				   .arg0 = m->permissions};
+
+		memcpy(h.key, m->key, SD_KEY_LEN);
+		r->map_id = m->id;
+		r->lo = h.raddr;
+		r->len = m->len;
+		r->perms = m->permissions;
+		memcpy(r->key, m->key, SD_KEY_LEN);
+		r->state = CHK_PENDING;
+		r->again = 0;
+		r->seq = h.req_id;
+		r->sent_ns = 0;
+		if (sd_link_send_ctrl(c->link, &h, NULL, 0) != 0)
+			return 0; /* no memory: the native link, asked again at the next operation */
+		r->sent_ns = now ? now : 1;
+		P.checks_sent++;
+		sd_link_flush(c->link);
+	}
+	return -1;
+}
+
+int sd_prov_on_check(struct doca_rdma_connection *c, const struct sd_hdr *h)
+{
+	struct sd_hdr a = {.opcode = SD_OP_PROV_CHECK_ACK, .req_id = h->req_id, .map_id = h->map_id};
+	struct doca_mmap *m = NULL;
+	doca_error_t rc;
+
+	if (!c->link)
+		return -1;
+	if (c->state != SDC_ESTABLISHED || !c->prevoke || c->pbroken) {
+		rc = DOCA_ERROR_AGAIN; /* a later stop would not tell it: not yet */
+	} else if (h->instance != sd_instance_id()) {
+		rc = DOCA_ERROR_NOT_PERMITTED;
+	} else {
+		rc = sd_mmap_acquire_why(h->map_id, h->key, h->raddr, h->rlen, (uint32_t)h->arg0, &m, NULL);
+		if (rc == DOCA_SUCCESS && (!m || m->remote || !m->started))
+			rc = DOCA_ERROR_NOT_PERMITTED;
+		if (rc != DOCA_SUCCESS)
+			rc = DOCA_ERROR_NOT_PERMITTED;
+		if (m)
+			sd_mmap_release(m);
+	}
+	a.status = (uint32_t)rc;
+	if (sd_link_send_ctrl(c->link, &a, NULL, 0) != 0)
+		return -1;
+	sd_link_flush(c->link);
+	return 0;
+}
+
+int sd_prov_on_check_ack(struct doca_rdma_connection *c, const struct sd_hdr *h)
+{
+	uint64_t inst = c->pinstance;
+	struct revset *s;
+
+	if (!h->req_id || h->req_id > P.check_seq)
+		return -1; /* an answer to nothing asked */
+	s = revset_of(c->pinstance, 0);
+	for (uint32_t i = 0; s && i < s->nchk; i++) {
+		struct pcheck *r = &s->chk[i];
+
+		if (r->seq != h->req_id || r->map_id != h->map_id || r->state != CHK_PENDING)
+			continue;
+		if (h->status == DOCA_SUCCESS)
+			r->state = CHK_OK;
+		else if (h->status == DOCA_ERROR_AGAIN)
+			r->again = 1; /* the native link meanwhile; asked again after the engine timeout */
+		else
+			r->state = CHK_BAD;
+		break;
+	}
+	/* what waited for it (on any connection to that process) goes on; an answer forgotten meanwhile (a
+	 * ring overwrote it) leaves its operations to ask again */
+	for (struct doca_rdma *rd = sd_eng_rdmas(); rd; rd = rd->eng_next)
+		for (struct doca_rdma_connection *x = rd->conns; x; x = x->next)
+			if (x->pinstance == inst && x->hold_head && !x->pbroken && !x->plinger_ns)
+				release_held(x);
+	return 0;
+}
+
 /* How long a stop waits for the answers: a live peer's engine thread answers within a round trip and a
  * flush; one that does not (SIGSTOPped, dead but not yet noticed) must not hold every other peer's
  * stops for the whole engine timeout: a twentieth of it (250 ms by default), at least 50 ms. */
@@ -1191,7 +1380,7 @@ static void revoke_notify(struct doca_mmap *m, int took)
 		for (struct doca_rdma_connection *c = r->conns; c; c = c->next) {
 			struct sd_hdr h = {.opcode = SD_OP_PROV_REVOKE, .req_id = seq, .map_id = m->id};
 
-			if (c->state != SDC_ESTABLISHED || !c->link || !c->prevoke || !c->pconn || c->pbroken)
+			if (c->state != SDC_ESTABLISHED || !c->link || !c->prevoke || c->pbroken)
 				continue;
 			memcpy(h.key, m->key, SD_KEY_LEN);
 			if (sd_link_send_ctrl(c->link, &h, NULL, 0) != 0)
@@ -1435,11 +1624,23 @@ static int refused(struct sd_rtask *t, struct doca_rdma_connection *c, const str
 static int target_refuses(const struct sd_rtask *t, struct doca_rdma_connection *c, struct doca_mmap *m,
 			  uint64_t raddr)
 {
+	int x, ok;
+
 	if (revsets && peer_revoked(c, m)) { /* its target stopped it (PROV_REVOKE) */
 		P.revoke_refused++;
 		return 1;
 	}
-	if (sd_xport_check(c->link, m, raddr, op_len(t), op_need(t)) != 0)
+	x = sd_xport_check(c->link, m, raddr, op_len(t), op_need(t));
+	if (x < 0) { /* no live table (between hosts): the target confirms the descriptor first */
+		ok = c->pcheck ? descriptor_confirmed(c, m) : 1;
+		if (ok > 0)
+			return 0;
+		if (ok < 0)
+			return -1; /* held until the answer */
+		P.check_native++;
+		return 1;
+	}
+	if (x)
 		return 0;
 	P.table_refused++;
 	return 1;
@@ -1490,7 +1691,7 @@ static int msg_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 	uint64_t len = t->type == SD_T_WRITE_IMM ? 0 : t->xfer_len;
 	struct ptok *k;
 	doca_error_t rc;
-	int n = 0;
+	int n = 0, tr;
 
 	if (!c->pmsg || P.max_iov < 2)
 		return 0;
@@ -1510,8 +1711,8 @@ static int msg_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 		raddr = (uint64_t)(uintptr_t)r->data;
 		if (refused(t, c, r->mmap, raddr))
 			return 1;
-		if (target_refuses(t, c, r->mmap, raddr))
-			return 0;
+		if ((tr = target_refuses(t, c, r->mmap, raddr)) != 0)
+			return tr > 0 ? 0 : -1;
 		w = tok_new(c, NULL, PK_SUB);
 		if (!w) {
 			sd_rtask_fail(t, DOCA_ERROR_NO_MEMORY, "provider %s: no memory for the operation", P.ops->name);
@@ -1580,7 +1781,7 @@ static int prov_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 	struct ptok *k;
 	uint64_t raddr;
 	doca_error_t rc;
-	int n;
+	int n, tr;
 
 	if (!c->pready || !c->pconn)
 		return 0;
@@ -1608,8 +1809,8 @@ static int prov_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 	raddr = (uint64_t)(uintptr_t)r->data;
 	if (refused(t, c, r->mmap, raddr))
 		return 1;
-	if (target_refuses(t, c, r->mmap, raddr))
-		return 0;
+	if ((tr = target_refuses(t, c, r->mmap, raddr)) != 0)
+		return tr > 0 ? 0 : -1;
 	n = local_iov(t, iov, (int)SD_RDMA_MAX_BUF_LIST);
 	if (n < 0)
 		return 0;
@@ -1632,10 +1833,12 @@ static int prov_submit(struct sd_rtask *t, struct doca_rdma_connection *c)
 		rc = P.ops->atomic_fadd(c->pconn, rk, raddr, t->arg0, &k->res, k);
 		break;
 	}
-	if (rc != DOCA_SUCCESS)
+	if (rc != DOCA_SUCCESS) {
 		refused_at_submit(k, t, c, rc);
-	else
+	} else {
+		P.one_sided++;
 		kick_engine(); /* the engine progresses the provider (and re-arms its fd) */
+	}
 	return 1;
 }
 
@@ -1766,15 +1969,27 @@ static void release_held(struct doca_rdma_connection *c)
 
 long sd_prov_counter(const char *name)
 {
+	/* the bridge's own counters, then the provider's */
+	static const struct {
+		const char *name;
+		size_t off;
+	} own[] = {{"table_refused", offsetof(__typeof__(P), table_refused)},
+		   {"revoke_refused", offsetof(__typeof__(P), revoke_refused)},
+		   {"check_native", offsetof(__typeof__(P), check_native)},
+		   {"checks_sent", offsetof(__typeof__(P), checks_sent)},
+		   {"one_sided", offsetof(__typeof__(P), one_sided)}};
+	const uint64_t *mine = NULL;
 	long v = -1;
-	int took, table = !strcmp(name, "table_refused"), revoked = !strcmp(name, "revoke_refused");
-	int bridge = table || revoked; /* the bridge's own */
+	int took;
 
-	if (!P.p || (!bridge && !P.ops->counter))
+	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+		if (!strcmp(name, own[i].name))
+			mine = (const uint64_t *)((const char *)&P + own[i].off);
+	if (!P.p || (!mine && !P.ops->counter))
 		return -1;
 	lock_engine(&took);
 	if (P.p)
-		v = table ? (long)P.table_refused : revoked ? (long)P.revoke_refused : P.ops->counter(P.p, name);
+		v = mine ? (long)*mine : P.ops->counter(P.p, name);
 	unlock_engine(took);
 	return v;
 }

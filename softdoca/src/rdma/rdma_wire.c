@@ -462,6 +462,8 @@ int sd_wire_on_header(struct sd_link *l, doca_error_t *st)
 	case SD_OP_DISCONNECT:
 	case SD_OP_PROV_REVOKE:
 	case SD_OP_PROV_REVOKE_ACK:
+	case SD_OP_PROV_CHECK:
+	case SD_OP_PROV_CHECK_ACK:
 		l->rx_action = SD_RXA_CTRL;
 		return 0;
 	case SD_OP_PROV_ADDR: /* a provider connection's address (rdma_prov.c) */
@@ -585,6 +587,10 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 			return l->conn ? sd_prov_on_revoke(l->conn, h) : -1;
 		case SD_OP_PROV_REVOKE_ACK:
 			return l->conn ? sd_prov_on_revoke_ack(l->conn, h) : -1;
+		case SD_OP_PROV_CHECK:
+			return l->conn ? sd_prov_on_check(l->conn, h) : -1;
+		case SD_OP_PROV_CHECK_ACK:
+			return l->conn ? sd_prov_on_check_ack(l->conn, h) : -1;
 		case SD_OP_PROV_ADDR: {
 			int r = l->conn ? sd_prov_on_addr(l->conn, l->prov_buf, h->payload_len) : -1;
 
