@@ -187,9 +187,10 @@ struct doca_mmap {
 	/* remote: found not revoked in its target's revocation set prov_rset after prov_rgen (rdma_prov.c) */
 	const void *prov_rset;
 	uint64_t prov_rgen;
-	/* remote, between hosts: its target confirmed this descriptor (PROV_CHECK) for process prov_ok_inst */
-	uint64_t prov_ok_inst;
-	int prov_ok;
+	/* remote, between hosts: the connection (its pserial) on which its target last confirmed this
+	 * descriptor (PROV_CHECK); local: its stop began (no confirmation any more) */
+	uint64_t prov_ok_conn;
+	int prov_revoking;
 };
 
 /* Bit of doca_mmap.num_bufs set by the destroy of a thread-safe map with bufs

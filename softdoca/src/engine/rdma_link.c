@@ -204,9 +204,43 @@ void sd_link_update_events(struct sd_link *l)
 
 void sd_link_set_rx_paused(struct sd_link *l, int paused)
 {
-	l->rx_paused = paused;
+	l->rx_paused = paused ? (l->rx_paused | SD_RXP_APP) : (l->rx_paused & ~SD_RXP_APP);
 	sd_link_update_events(l);
-	if (!paused)
+	if (!l->rx_paused)
+		sd_link_rx_kick(l);
+}
+
+/* A control item (a response, mostly) queued / sent: past SD_CTRLQ_HIGH the
+ * peer asks faster than it reads the answers, so its input waits (TCP's flow
+ * control then holds the peer) until they drain to SD_CTRLQ_LOW. Its silence
+ * meanwhile is the keepalive's: a peer that neither reads nor lets us read
+ * for SOFTDOCA_TIMEOUT_MS is declared dead. */
+static size_t ctrl_cost(const struct sd_txitem *it)
+{
+	/* the allocation: a blob of small frames, a frame's copied payload, or (a read's data: it->ref) none */
+	return sizeof(*it) + (it->ref ? 0 : it->blob_cap ? it->blob_cap : it->iov1.iov_len);
+}
+
+static void ctrl_q_add(struct sd_link *l, const struct sd_txitem *it)
+{
+	l->ctrl_q += ctrl_cost(it);
+	if (l->ctrl_q < SD_CTRLQ_HIGH || (l->rx_paused & SD_RXP_TX) || l->dead)
+		return;
+	SD_DBG("rdma: the peer does not read its answers (%zu bytes queued): its input waits", l->ctrl_q);
+	l->rx_paused |= SD_RXP_TX;
+	sd_link_update_events(l);
+}
+
+static void ctrl_q_done(struct sd_link *l, const struct sd_txitem *it)
+{
+	size_t c = ctrl_cost(it);
+
+	l->ctrl_q = l->ctrl_q > c ? l->ctrl_q - c : 0;
+	if (!(l->rx_paused & SD_RXP_TX) || l->ctrl_q > SD_CTRLQ_LOW || l->dead)
+		return;
+	l->rx_paused &= ~SD_RXP_TX;
+	sd_link_update_events(l);
+	if (!l->rx_paused)
 		sd_link_rx_kick(l);
 }
 
@@ -301,6 +335,7 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 		drop_item(it);
 	}
 	l->txq_head = l->txq_tail = NULL;
+	l->ctrl_q = 0;
 	for (it = l->out_head; it; it = nx) {
 		nx = it->next;
 		flush_task(l, it->task, status);
@@ -347,6 +382,8 @@ void sd_link_queue(struct sd_link *l, struct sd_txitem *it)
 	else
 		l->txq_head = it;
 	l->txq_tail = it;
+	if (!it->task)
+		ctrl_q_add(l, it);
 }
 
 /* Control frames (responses, pings, handshake) are small: consecutive ones
@@ -402,6 +439,7 @@ static void item_sent(struct sd_link *l, struct sd_txitem *it)
 		l->out_tail = it;
 		l->out_count++;
 	} else {
+		ctrl_q_done(l, it);
 		drop_item(it);
 	}
 }

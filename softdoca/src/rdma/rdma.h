@@ -397,7 +397,8 @@ struct sd_link {
 	struct doca_mmap *rx_ref;
 	struct sd_rtask *rx_task;
 	uint8_t ctrl_buf[SD_RDMA_MAX_PRIV + 1];
-	int rx_paused;
+	int rx_paused;                     /* SD_RXP_* bits: input not read while any is set */
+	size_t ctrl_q;                     /* bytes held by control items queued and not yet sent (answers mostly) */
 	/* rx staging: bytes read ahead of the current frame (small frames are
 	 * parsed from here, one recv for many; large payloads are read straight
 	 * into their destination) */
@@ -500,7 +501,11 @@ struct doca_rdma_connection {
 	 * the peer's maps stopped */
 	int prevoke;
 	int pcheck;                          /* the peer answers PROV_CHECK (between hosts: a descriptor is confirmed
-					      * by its target before operations on it take the provider) */
+					      * by its target on this connection before operations on it take the
+					      * provider here) */
+	uint64_t pserial;                    /* process-unique, once it asked (doca_mmap.prov_ok_conn) */
+	void *pchk;                          /* its descriptors asked about (rdma_prov.c struct pcheck) */
+	uint32_t nchk, chkcap, chkat;
 	uint64_t revoke_sent, revoke_acked;
 	void *prevset;                       /* the peer process's revoked maps (looked up at prevset_ver) */
 	uint64_t prevset_ver;
@@ -713,6 +718,18 @@ int sd_link_flush_rc(struct sd_link *link);
 /* The doorbell of a flushing submit on link (see rdma_link.c). */
 void sd_link_submit_flush(struct doca_rdma *rdma, struct sd_link *link);
 void sd_link_update_events(struct sd_link *link);
+/* Why a link's input is not read (sd_link.rx_paused bits): the layer above
+ * holds it (an RNR park, an OOB hello waiting for doca_rdma_connect:
+ * sd_link_set_rx_paused), or the peer does not read what it asked of us
+ * (control items holding SD_CTRLQ_HIGH bytes queued, until SD_CTRLQ_LOW: a
+ * peer that keeps asking without reading cannot grow this process's memory).
+ * A legitimate peer reaches the mark only with about 300,000 reads or a
+ * million writes outstanding on one connection (a read's answer holds ~180
+ * bytes, the data stays in the map; 40 small answers share 4 KiB). */
+#define SD_RXP_APP 1
+#define SD_RXP_TX 2
+#define SD_CTRLQ_HIGH (64u << 20)
+#define SD_CTRLQ_LOW (16u << 20)
 void sd_link_set_rx_paused(struct sd_link *link, int paused);
 /* Have the engine process staged rx bytes of a link that was unpaused. */
 void sd_link_rx_kick(struct sd_link *link);
@@ -877,6 +894,8 @@ int sd_prov_on_revoke_ack(struct doca_rdma_connection *c, const struct sd_hdr *h
 /* Engine thread, a PROV_CHECK (as target) / PROV_CHECK_ACK (as requester) frame: 0, or -1 (a protocol error). */
 int sd_prov_on_check(struct doca_rdma_connection *c, const struct sd_hdr *h);
 int sd_prov_on_check_ack(struct doca_rdma_connection *c, const struct sd_hdr *h);
+/* The connection is freed: what the bridge kept for it. */
+void sd_prov_conn_free(struct doca_rdma_connection *c);
 /* The connection closes: close its provider connection, fail what is in
  * flight there or held. */
 void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status, int linger);

@@ -59,6 +59,7 @@ static int cmp_ident(uint64_t ia, const uint8_t *ta, uint64_t ib, const uint8_t 
 
 static void conn_free(struct doca_rdma_connection *c)
 {
+	sd_prov_conn_free(c);
 	sd_handle_del(c);
 	SD_LIVE_DEC(SD_LIVE_CONN);
 	free(c);

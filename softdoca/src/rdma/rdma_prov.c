@@ -60,6 +60,7 @@ static struct {
 	uint64_t revoke_seq;                  /* the last revocation this process sent (engine lock) */
 	uint64_t revoke_gens;                 /* revocations received, all connections (engine lock) */
 	uint64_t check_seq;                   /* the last PROV_CHECK this process sent (engine lock) */
+	uint64_t conn_serials;                /* connections that asked one (doca_rdma_connection.pserial) */
 	uint64_t checks_sent;                 /* PROV_CHECKs sent (a test reads them) */
 	uint64_t check_native;                /* one-sided ops on a descriptor its target had not confirmed (native link) */
 	uint64_t one_sided;                   /* one-sided ops the provider took (a test reads them) */
@@ -449,6 +450,7 @@ doca_error_t sd_prov_mmap_publish(struct doca_mmap *m)
 			m->prov_mr = mr;
 			m->prov_blob = blob;
 			m->prov_blob_len = blen;
+			m->prov_revoking = 0;
 		}
 	}
 	unlock_engine(took);
@@ -468,6 +470,7 @@ void sd_prov_mmap_revoke(struct doca_mmap *m)
 		return;
 	}
 	lock_engine(&took);
+	m->prov_revoking = 1; /* no PROV_CHECK confirms it from now on */
 	if (m->prov_mr && P.p && m->exported && !m->remote)
 		revoke_notify(m, took);
 	if (m->prov_mr && P.p) {
@@ -1047,7 +1050,7 @@ static void revoke_answer(struct doca_rdma_connection *c, uint64_t seq)
  * SD_REVSETS_MAX processes are remembered (the least recently revoking one goes first). */
 #define SD_REVSETS_MAX 64u
 
-/* A descriptor of a peer's map as this process asked its target to confirm it (PROV_CHECK). */
+/* A descriptor of a peer's map as this process asked its target, on one connection, to confirm it (PROV_CHECK). */
 enum { CHK_PENDING = 0, CHK_OK = 1, CHK_BAD = 2 };
 
 struct pcheck {
@@ -1066,8 +1069,6 @@ struct revset {
 	uint64_t *ids;                 /* grown to SD_PREVOKED_MAX, then a ring (at: the oldest) */
 	uint32_t n, cap, at;
 	uint64_t gen;                  /* its last revocation (P.revoke_gens: unique in the process) */
-	struct pcheck *chk;            /* its descriptors asked about: grown to SD_PCHECK_MAX, then a ring */
-	uint32_t nchk, chkcap, chkat;
 };
 
 static struct revset *revsets;
@@ -1091,7 +1092,6 @@ static struct revset *revset_of(uint64_t instance, int create)
 		s = *oldest;
 		*oldest = s->next;
 		free(s->ids);
-		free(s->chk);
 		free(s);
 		nrevsets--;
 	}
@@ -1195,24 +1195,28 @@ static int peer_revoked(struct doca_rdma_connection *c, struct doca_mmap *m)
  * stale or forged descriptor and the target's memory: a process that
  * connected after the map stopped (the revocation notice never reached it),
  * or a descriptor whose range or key was edited. So before the first
- * operation on a descriptor takes the provider, the requester asks its target
- * (PROV_CHECK on the native link: map id, key, range and access as the
- * descriptor says them). Until the answer, the connection's operations wait
- * in its hold queue (one round trip, in order); a confirmation lets them take
- * the provider; a refusal sends those on that descriptor to the native link,
- * where the target refuses them with its reason (NOT_PERMITTED, the
- * connection breaks), as under native. The target confirms only a started
- * map that grants all the descriptor claims, and only to a peer that its
- * later stop will notify (PROV_REVOKE): what follows is the revocation
- * notice's. Kept per peer process beside its revocations, at most
- * SD_PCHECK_MAX descriptors each (an older one is asked about again).
+ * operation on a descriptor takes the provider over a connection, the
+ * requester asks the target on that connection (PROV_CHECK on its native
+ * link: map id, key, range and access as the descriptor says them). Until the
+ * answer, the connection's operations wait in its hold queue (one round trip,
+ * in order); a confirmation lets them take the provider; a refusal sends
+ * those on that descriptor to the native link, where the target refuses them
+ * with its reason (NOT_PERMITTED, the connection breaks), as under native.
+ * The target confirms only a started map, not being stopped, that grants all
+ * the descriptor claims, and only to a peer that its later stop will notify
+ * on this connection (PROV_REVOKE): the confirmation holds for the life of
+ * the connection, and what follows is the revocation notice's. Kept per
+ * connection, at most SD_PCHECK_MAX descriptors (an older one is asked about
+ * again); each map caches the connection that confirmed it last.
  */
 #define SD_PCHECK_MAX 1024u
 
-static struct pcheck *check_find(struct revset *s, const struct doca_mmap *m)
+static struct pcheck *check_find(struct doca_rdma_connection *c, const struct doca_mmap *m)
 {
-	for (uint32_t i = 0; i < s->nchk; i++) {
-		struct pcheck *r = &s->chk[i];
+	struct pcheck *chk = c->pchk;
+
+	for (uint32_t i = 0; i < c->nchk; i++) {
+		struct pcheck *r = &chk[i];
 
 		if (r->map_id == m->id && r->lo == (uint64_t)(uintptr_t)m->addr && r->len == m->len &&
 		    r->perms == m->permissions && !memcmp(r->key, m->key, SD_KEY_LEN))
@@ -1221,55 +1225,58 @@ static struct pcheck *check_find(struct revset *s, const struct doca_mmap *m)
 	return NULL;
 }
 
-static struct pcheck *check_new(struct revset *s)
+static struct pcheck *check_new(struct doca_rdma_connection *c)
 {
 	struct pcheck *r;
 
-	if (s->nchk == s->chkcap && s->chkcap < SD_PCHECK_MAX) {
-		uint32_t cap = s->chkcap ? 2 * s->chkcap : 8;
-		struct pcheck *chk = realloc(s->chk, cap * sizeof(*chk));
+	if (c->nchk == c->chkcap && c->chkcap < SD_PCHECK_MAX) {
+		uint32_t cap = c->chkcap ? 2 * c->chkcap : 8;
+		struct pcheck *chk = realloc(c->pchk, cap * sizeof(*chk));
 
 		if (!chk)
 			return NULL;
-		s->chk = chk;
-		s->chkcap = cap;
+		c->pchk = chk;
+		c->chkcap = cap;
 	}
-	if (s->nchk < s->chkcap) {
-		r = &s->chk[s->nchk++];
+	if (c->nchk < c->chkcap) {
+		r = &((struct pcheck *)c->pchk)[c->nchk++];
 	} else { /* full: the oldest goes */
-		r = &s->chk[s->chkat];
-		s->chkat = (s->chkat + 1) % s->chkcap;
+		r = &((struct pcheck *)c->pchk)[c->chkat];
+		c->chkat = (c->chkat + 1) % c->chkcap;
 	}
 	memset(r, 0, sizeof(*r));
 	return r;
 }
 
-/* Whether c's target confirmed remote map m's descriptor: 1 yes, 0 no (the native link), -1 not yet (wait
- * for the answer); if it was not asked yet (or its last question went unanswered for the engine timeout),
- * ask now. Engine lock held. */
+void sd_prov_conn_free(struct doca_rdma_connection *c)
+{
+	free(c->pchk);
+	c->pchk = NULL;
+	c->nchk = c->chkcap = c->chkat = 0;
+}
+
+/* Whether c's target confirmed remote map m's descriptor on c: 1 yes, 0 no (the native link), -1 not yet
+ * (held for the answer); if it was not asked on c yet, ask now. Engine lock held. */
 static int descriptor_confirmed(struct doca_rdma_connection *c, struct doca_mmap *m)
 {
-	struct revset *s;
 	struct pcheck *r;
 	uint64_t now;
 
-	if (m->prov_ok && m->prov_ok_inst == c->pinstance)
+	if (!c->pserial)
+		c->pserial = ++P.conn_serials;
+	if (m->prov_ok_conn == c->pserial)
 		return 1;
-	s = revset_of(c->pinstance, 1);
-	if (!s)
-		return 0;
-	r = check_find(s, m);
+	r = check_find(c, m);
 	if (r && r->state == CHK_OK) {
-		m->prov_ok = 1;
-		m->prov_ok_inst = c->pinstance;
+		m->prov_ok_conn = c->pserial;
 		return 1;
 	}
 	now = sd_now_ns();
 	if (r && r->state == CHK_BAD)
 		return 0;
-	if (r && r->sent_ns && now - r->sent_ns < sd_eng_timeout_ns())
-		return r->again ? 0 : -1;
-	if ((!r && !(r = check_new(s))) || !c->link)
+	if (r && r->sent_ns && (!r->again || now - r->sent_ns < sd_eng_timeout_ns()))
+		return r->again ? 0 : -1; /* the answer comes (the link is ordered) or the connection breaks */
+	if ((!r && !(r = check_new(c))) || !c->link)
 		return 0;
 	{
 		struct sd_hdr h = {.opcode = SD_OP_PROV_CHECK, .req_id = ++P.check_seq, .instance = m->peer_instance,
@@ -1309,7 +1316,8 @@ int sd_prov_on_check(struct doca_rdma_connection *c, const struct sd_hdr *h)
 		rc = DOCA_ERROR_NOT_PERMITTED;
 	} else {
 		rc = sd_mmap_acquire_why(h->map_id, h->key, h->raddr, h->rlen, (uint32_t)h->arg0, &m, NULL);
-		if (rc == DOCA_SUCCESS && (!m || m->remote || !m->started))
+		/* a map being stopped is not confirmed: its notice may have passed this connection already */
+		if (rc == DOCA_SUCCESS && (!m || m->remote || !m->started || !m->prov_mr || m->prov_revoking))
 			rc = DOCA_ERROR_NOT_PERMITTED;
 		if (rc != DOCA_SUCCESS)
 			rc = DOCA_ERROR_NOT_PERMITTED;
@@ -1325,16 +1333,14 @@ int sd_prov_on_check(struct doca_rdma_connection *c, const struct sd_hdr *h)
 
 int sd_prov_on_check_ack(struct doca_rdma_connection *c, const struct sd_hdr *h)
 {
-	uint64_t inst = c->pinstance;
-	struct revset *s;
+	struct pcheck *chk = c->pchk;
 
 	if (!h->req_id || h->req_id > P.check_seq)
-		return -1; /* an answer to nothing asked */
-	s = revset_of(c->pinstance, 0);
-	for (uint32_t i = 0; s && i < s->nchk; i++) {
-		struct pcheck *r = &s->chk[i];
+		return -1; /* an answer to nothing this process asked */
+	for (uint32_t i = 0; i < c->nchk; i++) {
+		struct pcheck *r = &chk[i];
 
-		if (r->seq != h->req_id || r->map_id != h->map_id || r->state != CHK_PENDING)
+		if (r->seq != h->req_id || r->map_id != h->map_id || r->state != CHK_PENDING || r->again)
 			continue;
 		if (h->status == DOCA_SUCCESS)
 			r->state = CHK_OK;
@@ -1344,12 +1350,9 @@ int sd_prov_on_check_ack(struct doca_rdma_connection *c, const struct sd_hdr *h)
 			r->state = CHK_BAD;
 		break;
 	}
-	/* what waited for it (on any connection to that process) goes on; an answer forgotten meanwhile (a
-	 * ring overwrote it) leaves its operations to ask again */
-	for (struct doca_rdma *rd = sd_eng_rdmas(); rd; rd = rd->eng_next)
-		for (struct doca_rdma_connection *x = rd->conns; x; x = x->next)
-			if (x->pinstance == inst && x->hold_head && !x->pbroken && !x->plinger_ns)
-				release_held(x);
+	/* what waited for it goes on (an answer whose question a full ring forgot: its operation asks again) */
+	if (c->hold_head && !c->pbroken && !c->plinger_ns)
+		release_held(c);
 	return 0;
 }
 
