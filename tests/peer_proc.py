@@ -182,6 +182,11 @@ class Peer:
                                 self.inv.buffer(rm, offset=0, length=4, empty=True), max(imm, 0)).result(10)
         return {}
 
+    def pid(self) -> Dict[str, Any]:
+        """This process's id (under a namespace prefix the test's Popen holds the wrapper's)."""
+        import os
+        return {"pid": os.getpid()}
+
     def counters(self, names: List[str]) -> Dict[str, Any]:
         """softdoca_debug_counter of each name (-1: none such)."""
         import ctypes

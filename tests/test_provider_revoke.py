@@ -173,3 +173,37 @@ def test_a_descriptor_its_target_does_not_grant_never_takes_the_provider(netns: 
     finally:
         requester.close()
         target.close()
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_a_frozen_target_fails_what_waits_for_its_check(netns: NetnsPair, provider: str) -> None:
+    """Writes held for the target's answer to a PROV_CHECK are watched by the link's keepalive: a target that
+    stops (SIGSTOP) before it answered fails them after SOFTDOCA_TIMEOUT_MS, as it fails native operations."""
+    if provider not in _built().split(","):
+        pytest.skip(f"softdoca built without the {provider} provider")
+    env = {**PROVIDERS[provider], "SOFTDOCA_TIMEOUT_MS": "2000"}
+    target = PeerProc(env=env, prefix=ns_exec(netns.b))
+    requester = PeerProc(env=env, prefix=ns_exec(netns.a))
+    stopped = False
+    try:
+        port = random.randint(20000, 40000)
+        started = target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm",
+                              port=port, iface=netns.vb, fill=0x22)
+        target.post("wait_conn")
+        requester.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
+                       port=port, iface=netns.va, addr=netns.ip_b, fill=0x5C)
+        target.answer("wait_conn")
+        assert requester.call("provider_up")["transport"]
+        target_pid = int(target.call("pid")["pid"])
+        os.kill(target_pid, signal.SIGSTOP)
+        stopped = True
+        submitted = requester.call("write_burst", blob=started["mmap"], n=2, size=CHUNK)["submitted"]
+        results = requester.call("burst_results", wait=15)["results"]
+        assert [r["error"] for r in results] == ["DOCA_ERROR_CONNECTION_RESET"] * 2, results
+        assert all(r["at"] - submitted < 8 for r in results), results     # the timeout (2 s), not the wait (15 s)
+        assert requester.call("counters", names=["provider:checks_sent"])["values"] == {"provider:checks_sent": 1}
+    finally:
+        if stopped:
+            os.kill(target_pid, signal.SIGCONT)
+        requester.close()
+        target.close()

@@ -189,7 +189,7 @@ struct doca_mmap {
 	uint64_t prov_rgen;
 	/* remote, between hosts: the connection (its pserial) on which its target last confirmed this
 	 * descriptor (PROV_CHECK); local: its stop began (no confirmation any more) */
-	uint64_t prov_ok_conn;
+	uint64_t prov_ok_conn, prov_ok_epoch;
 	int prov_revoking;
 };
 

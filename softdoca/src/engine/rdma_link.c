@@ -224,7 +224,9 @@ static size_t ctrl_cost(const struct sd_txitem *it)
 static void ctrl_q_add(struct sd_link *l, const struct sd_txitem *it)
 {
 	l->ctrl_q += ctrl_cost(it);
-	if (l->ctrl_q < SD_CTRLQ_HIGH || (l->rx_paused & SD_RXP_TX) || l->dead)
+	/* at a frame's boundary only: a write half read would hold its map (rx_ref) while paused; the
+	 * next answer queued looks again */
+	if (l->ctrl_q < SD_CTRLQ_HIGH || (l->rx_paused & SD_RXP_TX) || l->dead || l->rx_state == SD_RX_PAYLOAD)
 		return;
 	SD_DBG("rdma: the peer does not read its answers (%zu bytes queued): its input waits", l->ctrl_q);
 	l->rx_paused |= SD_RXP_TX;
@@ -373,7 +375,7 @@ void sd_link_free_closed(void)
 
 void sd_link_queue(struct sd_link *l, struct sd_txitem *it)
 {
-	if (!l->txq_head && !l->out_head)
+	if (!l->txq_head && !l->out_head && !(l->conn && l->conn->pchk_pending))
 		l->last_rx_ns = sd_now_ns(); /* idle -> busy: silence is counted from now */
 	it->next = NULL;
 	it->sent = 0;
@@ -501,7 +503,8 @@ int sd_link_flush_rc(struct sd_link *l)
 				take = (size_t)r;
 			it->sent += take;
 			r -= (ssize_t)take;
-			if (take && (it->task || (!it->blob_cap && it->total > SD_HDR_LEN)))
+			/* the peer took our data; while its input waits for its answers to drain, those count too */
+			if (take && (it->task || (!it->blob_cap && it->total > SD_HDR_LEN) || (l->rx_paused & SD_RXP_TX)))
 				tx_progress = 1;
 			if (it->sent == it->total) {
 				l->txq_head = it->next;

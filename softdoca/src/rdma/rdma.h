@@ -504,6 +504,7 @@ struct doca_rdma_connection {
 					      * by its target on this connection before operations on it take the
 					      * provider here) */
 	uint64_t pserial;                    /* process-unique, once it asked (doca_mmap.prov_ok_conn) */
+	int pchk_pending;                    /* a PROV_CHECK awaits its answer (the link's keepalive watches it) */
 	void *pchk;                          /* its descriptors asked about (rdma_prov.c struct pcheck) */
 	uint32_t nchk, chkcap, chkat;
 	uint64_t revoke_sent, revoke_acked;
@@ -723,9 +724,10 @@ void sd_link_update_events(struct sd_link *link);
  * sd_link_set_rx_paused), or the peer does not read what it asked of us
  * (control items holding SD_CTRLQ_HIGH bytes queued, until SD_CTRLQ_LOW: a
  * peer that keeps asking without reading cannot grow this process's memory).
- * A legitimate peer reaches the mark only with about 300,000 reads or a
- * million writes outstanding on one connection (a read's answer holds ~180
- * bytes, the data stays in the map; 40 small answers share 4 KiB). */
+ * A legitimate peer reaches it with ~370,000 reads or ~650,000 writes
+ * outstanding on one connection (a read's answer holds ~180 bytes, its data
+ * stays in the map; 42 small answers share a 4 KiB blob), ~15,000 where
+ * small answers interleave with read data (a blob each). */
 #define SD_RXP_APP 1
 #define SD_RXP_TX 2
 #define SD_CTRLQ_HIGH (64u << 20)

@@ -61,6 +61,7 @@ static struct {
 	uint64_t revoke_gens;                 /* revocations received, all connections (engine lock) */
 	uint64_t check_seq;                   /* the last PROV_CHECK this process sent (engine lock) */
 	uint64_t conn_serials;                /* connections that asked one (doca_rdma_connection.pserial) */
+	uint64_t chk_epoch;                   /* bumped when confirmations are forgotten (doca_mmap.prov_ok_epoch) */
 	uint64_t checks_sent;                 /* PROV_CHECKs sent (a test reads them) */
 	uint64_t check_native;                /* one-sided ops on a descriptor its target had not confirmed (native link) */
 	uint64_t one_sided;                   /* one-sided ops the provider took (a test reads them) */
@@ -1071,6 +1072,25 @@ struct revset {
 	uint64_t gen;                  /* its last revocation (P.revoke_gens: unique in the process) */
 };
 
+/* A revocation of instance's map map_id (all: of every map) is being forgotten (the bounds above): the
+ * confirmations its connections hold for it go too, or a stale descriptor could take the provider again;
+ * the maps' caches are dropped (P.chk_epoch) and the next operation asks again (the target refuses a
+ * stopped map). */
+static void forget_confirmations(uint64_t instance, int all, uint64_t map_id)
+{
+	P.chk_epoch++;
+	for (struct doca_rdma *r = sd_eng_rdmas(); r; r = r->eng_next)
+		for (struct doca_rdma_connection *c = r->conns; c; c = c->next) {
+			struct pcheck *chk = c->pchk;
+
+			if (c->pinstance != instance)
+				continue;
+			for (uint32_t i = 0; i < c->nchk; i++)
+				if (chk[i].state == CHK_OK && (all || chk[i].map_id == map_id))
+					memset(&chk[i], 0, sizeof(chk[i])); /* CHK_PENDING, never sent: asked again */
+		}
+}
+
 static struct revset *revsets;
 static uint32_t nrevsets;
 static uint64_t revsets_ver;       /* bumped when a set comes or goes (connections cache their lookup) */
@@ -1091,9 +1111,11 @@ static struct revset *revset_of(uint64_t instance, int create)
 				oldest = pp;
 		s = *oldest;
 		*oldest = s->next;
+		forget_confirmations(s->instance, 1, 0);
 		free(s->ids);
 		free(s);
 		nrevsets--;
+		revsets_ver++; /* connections cached it */
 	}
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -1130,6 +1152,7 @@ static int revset_add(struct revset *s, uint64_t map_id)
 	if (s->n < s->cap) {
 		s->ids[s->n++] = map_id;
 	} else { /* full: the oldest goes */
+		forget_confirmations(s->instance, 0, s->ids[s->at]);
 		s->ids[s->at] = map_id;
 		s->at = (s->at + 1) % s->cap;
 	}
@@ -1264,11 +1287,12 @@ static int descriptor_confirmed(struct doca_rdma_connection *c, struct doca_mmap
 
 	if (!c->pserial)
 		c->pserial = ++P.conn_serials;
-	if (m->prov_ok_conn == c->pserial)
+	if (m->prov_ok_conn == c->pserial && m->prov_ok_epoch == P.chk_epoch)
 		return 1;
 	r = check_find(c, m);
 	if (r && r->state == CHK_OK) {
 		m->prov_ok_conn = c->pserial;
+		m->prov_ok_epoch = P.chk_epoch;
 		return 1;
 	}
 	now = sd_now_ns();
@@ -1297,6 +1321,7 @@ static int descriptor_confirmed(struct doca_rdma_connection *c, struct doca_mmap
 			return 0; /* no memory: the native link, asked again at the next operation */
 		r->sent_ns = now ? now : 1;
 		P.checks_sent++;
+		c->pchk_pending = 1;
 		sd_link_flush(c->link);
 	}
 	return -1;
@@ -1337,6 +1362,7 @@ int sd_prov_on_check_ack(struct doca_rdma_connection *c, const struct sd_hdr *h)
 
 	if (!h->req_id || h->req_id > P.check_seq)
 		return -1; /* an answer to nothing this process asked */
+	c->pchk_pending = 0; /* one at a time per connection: its hold queue stops at the first that waits */
 	for (uint32_t i = 0; i < c->nchk; i++) {
 		struct pcheck *r = &chk[i];
 
