@@ -18,7 +18,7 @@ import hashlib
 import os
 import random
 import signal
-from typing import Dict, Iterator
+from typing import Any, Dict, Iterator, Tuple
 
 import pytest
 
@@ -46,23 +46,39 @@ def netns() -> Iterator[NetnsPair]:
         yield pair
 
 
-@pytest.mark.parametrize("provider", sorted(PROVIDERS))
-def test_a_stopped_map_is_refused_between_hosts(netns: NetnsPair, provider: str) -> None:
+def _procs(netns: NetnsPair, provider: str, **extra: str) -> Tuple[PeerProc, PeerProc]:
+    """A target in namespace b and a requester in namespace a under provider (skipped where not built)."""
     if provider not in _built().split(","):
         pytest.skip(f"softdoca built without the {provider} provider")
-    env = PROVIDERS[provider]
-    target = PeerProc(env=env, prefix=ns_exec(netns.b))
-    requester = PeerProc(env=env, prefix=ns_exec(netns.a))
+    env = {**PROVIDERS[provider], **extra}
+    return PeerProc(env=env, prefix=ns_exec(netns.b)), PeerProc(env=env, prefix=ns_exec(netns.a))
+
+
+def _serve(target: PeerProc, netns: NetnsPair) -> Tuple[int, Dict[str, Any]]:
+    """The target's map (filled with 0x22) and its RDMA CM listener: (port, its start answer)."""
+    port = random.randint(20000, 40000)
+    return port, target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm",
+                             port=port, iface=netns.vb, fill=0x22)
+
+
+def _connect(target: PeerProc, requester: PeerProc, netns: NetnsPair, port: int, fill: int = 0x5C) -> str:
+    """Connect requester to target's listener (the target progresses meanwhile); the provider's transport."""
+    target.post("wait_conn")
+    requester.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
+                   port=port, iface=netns.va, addr=netns.ip_b, fill=fill)
+    target.answer("wait_conn")
+    up: str = requester.call("provider_up")["transport"]
+    assert up, "the provider's connection never came up"
+    return up
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_a_stopped_map_is_refused_between_hosts(netns: NetnsPair, provider: str) -> None:
+    target, requester = _procs(netns, provider)
     try:
-        port = random.randint(20000, 40000)
-        started = target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm",
-                              port=port, iface=netns.vb, fill=0x22)
-        target.post("wait_conn")                          # it progresses (accepts) while the requester connects
-        requester.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
-                       port=port, iface=netns.va, addr=netns.ip_b, fill=0x5C)
-        target.answer("wait_conn")
-        up = requester.call("provider_up")["transport"]
-        assert up and "tcp" in up, f"the {provider} connection never came up over tcp: {up}"
+        port, started = _serve(target, netns)
+        up = _connect(target, requester, netns, port)
+        assert "tcp" in up, f"the {provider} connection came up over {up}, not tcp"
         requester.call("write_burst", blob=started["mmap"], n=2, size=CHUNK)
         assert [r["error"] for r in requester.call("burst_results", wait=10)["results"]] == [None, None]
         landed = bytes([0x5C]) * (2 * CHUNK) + bytes([0x22]) * (SIZE - 2 * CHUNK)
@@ -84,11 +100,7 @@ def test_a_stopped_map_is_refused_between_hosts(netns: NetnsPair, provider: str)
 
         # the refusal broke the connection (RC); a new one to the same process refuses the kept descriptor too
         assert "disconnected" in target.call("conn_events", want="disconnected", wait=10)["events"]
-        target.post("wait_conn")
-        requester.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
-                       port=port, iface=netns.va, addr=netns.ip_b, fill=0x7E)
-        target.answer("wait_conn")
-        assert requester.call("provider_up")["transport"]
+        _connect(target, requester, netns, port, fill=0x7E)
         requester.call("write_burst", blob=started["mmap"], n=1, size=CHUNK)
         results = requester.call("burst_results", wait=15)["results"]
         assert results[0]["error"] == "DOCA_ERROR_NOT_PERMITTED", results
@@ -142,26 +154,16 @@ def test_a_descriptor_its_target_does_not_grant_never_takes_the_provider(netns: 
     link, where the target refuses them with its reason. On the code before, the stale write landed in the stopped
     map under UCX's tcp and reset the connection under libfabric's; the forged one was refused at the requester by
     the provider's check of its own key section (left unedited here), without the target's reason."""
-    if provider not in _built().split(","):
-        pytest.skip(f"softdoca built without the {provider} provider")
-    env = PROVIDERS[provider]
-    target = PeerProc(env=env, prefix=ns_exec(netns.b))
-    requester = PeerProc(env=env, prefix=ns_exec(netns.a))
+    target, requester = _procs(netns, provider)
     try:
-        port = random.randint(20000, 40000)
-        started = target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm",
-                              port=port, iface=netns.vb, fill=0x22)
+        port, started = _serve(target, netns)
         before = target.call("digest")["sha"]
         blob, roff = started["mmap"], 0
         if case == "stale":
             target.call("stop_mmap")                      # nobody is connected: nobody hears of it
         else:                                             # the same map, a descriptor claiming four times its size
             blob, roff = base64.b64encode(forge_export(base64.b64decode(blob), length=SIZE * 4)).decode(), SIZE
-        target.post("wait_conn")
-        requester.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
-                       port=port, iface=netns.va, addr=netns.ip_b, fill=0x5C)
-        target.answer("wait_conn")
-        assert requester.call("provider_up")["transport"]
+        _connect(target, requester, netns, port)
         requester.call("write_burst", blob=blob, n=1, size=CHUNK, roff=roff)
         results = requester.call("burst_results", wait=15)["results"]
         assert results[0]["error"] == "DOCA_ERROR_NOT_PERMITTED", results
@@ -179,21 +181,11 @@ def test_a_descriptor_its_target_does_not_grant_never_takes_the_provider(netns: 
 def test_a_frozen_target_fails_what_waits_for_its_check(netns: NetnsPair, provider: str) -> None:
     """Writes held for the target's answer to a PROV_CHECK are watched by the link's keepalive: a target that
     stops (SIGSTOP) before it answered fails them after SOFTDOCA_TIMEOUT_MS, as it fails native operations."""
-    if provider not in _built().split(","):
-        pytest.skip(f"softdoca built without the {provider} provider")
-    env = {**PROVIDERS[provider], "SOFTDOCA_TIMEOUT_MS": "2000"}
-    target = PeerProc(env=env, prefix=ns_exec(netns.b))
-    requester = PeerProc(env=env, prefix=ns_exec(netns.a))
+    target, requester = _procs(netns, provider, SOFTDOCA_TIMEOUT_MS="2000")
     stopped = False
     try:
-        port = random.randint(20000, 40000)
-        started = target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm",
-                              port=port, iface=netns.vb, fill=0x22)
-        target.post("wait_conn")
-        requester.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
-                       port=port, iface=netns.va, addr=netns.ip_b, fill=0x5C)
-        target.answer("wait_conn")
-        assert requester.call("provider_up")["transport"]
+        port, started = _serve(target, netns)
+        _connect(target, requester, netns, port)
         target_pid = int(target.call("pid")["pid"])
         os.kill(target_pid, signal.SIGSTOP)
         stopped = True

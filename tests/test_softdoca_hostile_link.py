@@ -77,7 +77,8 @@ def test_a_peer_that_never_reads_is_held_and_dropped() -> None:
             pass
         grew = rss_mb(pid) - base
         assert sent < 150 << 20, f"the target took {sent >> 20} MB of requests whose answers nobody read"
-        assert grew < 100, f"the target's memory grew {grew:.0f} MB for {sent >> 20} MB of unread answers"
+        if not os.environ.get("PYDOCA_TEST_SANITIZER"):     # ASan's and TSan's own memory swamps the figure
+            assert grew < 100, f"the target's memory grew {grew:.0f} MB for {sent >> 20} MB of unread answers"
 
         # held, it does not spin: the engine stops watching that link's input
         c0 = cpu_s(pid)
