@@ -375,7 +375,7 @@ void sd_link_free_closed(void)
 
 void sd_link_queue(struct sd_link *l, struct sd_txitem *it)
 {
-	if (!l->txq_head && !l->out_head && !(l->conn && l->conn->pchk_pending))
+	if (!l->txq_head && !l->out_head && !l->awaited)
 		l->last_rx_ns = sd_now_ns(); /* idle -> busy: silence is counted from now */
 	it->next = NULL;
 	it->sent = 0;

@@ -237,9 +237,8 @@ static uint64_t link_timers(struct sd_link *l, uint64_t now, uint64_t T)
 			l->park_nak_ns = now + T / 4;
 		}
 		next = sd_min_deadline(next, sd_min_deadline(l->park_deadline_ns, l->park_nak_ns));
-	} else if (l->conn && l->conn->state == SDC_ESTABLISHED && (l->out_head || l->txq_head || l->conn->pchk_pending)) {
-		/* alive: the peer sent something, or took more of our data (pchk_pending: operations wait for
-		 * its answer to a PROV_CHECK, sent on this link, which counted the silence from then) */
+	} else if (l->conn && l->conn->state == SDC_ESTABLISHED && (l->out_head || l->txq_head || l->awaited)) {
+		/* alive: the peer sent something, or took more of our data */
 		uint64_t alive = l->last_rx_ns > l->last_tx_ns ? l->last_rx_ns : l->last_tx_ns;
 		uint64_t ping_due = (alive > l->last_ping_ns ? alive : l->last_ping_ns) + T / 4;
 

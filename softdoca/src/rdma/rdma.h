@@ -399,6 +399,8 @@ struct sd_link {
 	uint8_t ctrl_buf[SD_RDMA_MAX_PRIV + 1];
 	int rx_paused;                     /* SD_RXP_* bits: input not read while any is set */
 	size_t ctrl_q;                     /* bytes held by control items queued and not yet sent (answers mostly) */
+	int awaited;                       /* the layer above awaits the answer to a control frame it sent (a
+					    * PROV_CHECK's): outstanding work, as a task's, for the keepalive */
 	/* rx staging: bytes read ahead of the current frame (small frames are
 	 * parsed from here, one recv for many; large payloads are read straight
 	 * into their destination) */
@@ -504,7 +506,6 @@ struct doca_rdma_connection {
 					      * by its target on this connection before operations on it take the
 					      * provider here) */
 	uint64_t pserial;                    /* process-unique, once it asked (doca_mmap.prov_ok_conn) */
-	int pchk_pending;                    /* a PROV_CHECK awaits its answer (the link's keepalive watches it) */
 	void *pchk;                          /* its descriptors asked about (rdma_prov.c struct pcheck) */
 	uint32_t nchk, chkcap, chkat;
 	uint64_t revoke_sent, revoke_acked;

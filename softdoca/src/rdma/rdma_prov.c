@@ -1321,7 +1321,7 @@ static int descriptor_confirmed(struct doca_rdma_connection *c, struct doca_mmap
 			return 0; /* no memory: the native link, asked again at the next operation */
 		r->sent_ns = now ? now : 1;
 		P.checks_sent++;
-		c->pchk_pending = 1;
+		c->link->awaited = 1; /* the keepalive watches the answer */
 		sd_link_flush(c->link);
 	}
 	return -1;
@@ -1342,9 +1342,7 @@ int sd_prov_on_check(struct doca_rdma_connection *c, const struct sd_hdr *h)
 	} else {
 		rc = sd_mmap_acquire_why(h->map_id, h->key, h->raddr, h->rlen, (uint32_t)h->arg0, &m, NULL);
 		/* a map being stopped is not confirmed: its notice may have passed this connection already */
-		if (rc == DOCA_SUCCESS && (!m || m->remote || !m->started || !m->prov_mr || m->prov_revoking))
-			rc = DOCA_ERROR_NOT_PERMITTED;
-		if (rc != DOCA_SUCCESS)
+		if (rc != DOCA_SUCCESS || !m || m->remote || !m->started || !m->prov_mr || m->prov_revoking)
 			rc = DOCA_ERROR_NOT_PERMITTED;
 		if (m)
 			sd_mmap_release(m);
@@ -1362,7 +1360,8 @@ int sd_prov_on_check_ack(struct doca_rdma_connection *c, const struct sd_hdr *h)
 
 	if (!h->req_id || h->req_id > P.check_seq)
 		return -1; /* an answer to nothing this process asked */
-	c->pchk_pending = 0; /* one at a time per connection: its hold queue stops at the first that waits */
+	if (c->link) /* one at a time per connection: its hold queue stops at the first that waits */
+		c->link->awaited = 0;
 	for (uint32_t i = 0; i < c->nchk; i++) {
 		struct pcheck *r = &chk[i];
 
