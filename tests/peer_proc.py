@@ -133,6 +133,31 @@ class Peer:
             self.pe.wait(0.05)
         return {"events": self.events}
 
+    def connect_more(self, addr: str, port: int, n: int) -> Dict[str, Any]:
+        """Connect n more times to the listener at addr:port (RDMA CM; the target progresses meanwhile), each
+        connection's provider connection up; see write_rounds."""
+        import time
+        from pydoca._native import conn_transports
+        self.more = [self.rdma.connect_to(addr, port).wait_established(10) for _ in range(n)]
+        deadline = time.monotonic() + 10
+        while any(conn_transports(c._c)[1] is None for c in self.more) and time.monotonic() < deadline:
+            self.pe.wait(0.01)
+        return {"transports": [conn_transports(c._c)[1] for c in self.more]}
+
+    def write_rounds(self, blob: str, rounds: int, size: int) -> Dict[str, Any]:
+        """rounds times, one write of size bytes on each connection (the first, then connect_more's) in turn,
+        into the peer's mmap ``blob`` at consecutive offsets; waits for all. The error of each (None: landed)."""
+        rm = pydoca.MemoryMap.from_export(self.dev, unb64(blob))
+        self.stack.callback(rm.close)
+        conns = [self.conn, *self.more]
+        tasks = []
+        for i in range(rounds * len(conns)):
+            tasks.append(self.rdma.write(conns[i % len(conns)], self.inv.buffer(self.mm, offset=i * size, length=size),
+                                         self.inv.buffer(rm, offset=i * size, length=size)))
+            if i % len(conns) == len(conns) - 1:
+                self.pe.run_until(lambda: all(t.done for t in tasks), 10, what="a round of writes")
+        return {"errors": [t.error.name if t.error is not None else None for t in tasks]}
+
     def write_burst(self, blob: str, n: int, size: int, roff: int = 0) -> Dict[str, Any]:
         """Submit n writes of size bytes into the peer's mmap ``blob`` (from its offset ``roff``) and return
         at once (the tasks stay outstanding); see burst_results."""

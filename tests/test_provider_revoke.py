@@ -111,6 +111,32 @@ def test_a_stopped_map_is_refused_between_hosts(netns: NetnsPair, provider: str)
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_a_descriptor_is_confirmed_once_per_connection(netns: NetnsPair, provider: str) -> None:
+    """One descriptor used in turn on eleven connections to its target (more than a map caches: the transfer
+    engine's connections per peer use a segment this way): asked about once on each, every write through the
+    provider, the bytes in place."""
+    target, requester = _procs(netns, provider)
+    try:
+        port, started = _serve(target, netns)
+        _connect(target, requester, netns, port)
+        target.post("wait_conn", n=11)
+        ups = requester.call("connect_more", addr=netns.ip_b, port=port, n=10)["transports"]
+        target.answer("wait_conn")
+        assert all(ups) and len(ups) == 10, ups
+        size, rounds = 1024, 3
+        errors = requester.call("write_rounds", blob=started["mmap"], rounds=rounds, size=size)["errors"]
+        assert errors == [None] * (11 * rounds), errors
+        n = 11 * rounds * size
+        landed = bytes([0x5C]) * n + bytes([0x22]) * (SIZE - n)
+        assert target.call("digest")["sha"] == hashlib.sha256(landed).hexdigest()
+        names = ["provider:checks_sent", "provider:check_native", "provider:one_sided"]
+        assert requester.call("counters", names=names)["values"] == dict(zip(names, [11, 0, 11 * rounds]))
+    finally:
+        requester.close()
+        target.close()
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
 def test_a_frozen_peer_holds_a_stop_only_briefly(provider: str) -> None:
     """Two requesters, one SIGSTOPped: the target's stop waits for the live one's answer and at most a twentieth
     of the engine timeout (250 ms) for the frozen one, not the whole timeout; the live one is then refused."""

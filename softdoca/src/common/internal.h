@@ -187,9 +187,12 @@ struct doca_mmap {
 	/* remote: found not revoked in its target's revocation set prov_rset after prov_rgen (rdma_prov.c) */
 	const void *prov_rset;
 	uint64_t prov_rgen;
-	/* remote, between hosts: the connection (its pserial) on which its target last confirmed this
-	 * descriptor (PROV_CHECK); local: its stop began (no confirmation any more) */
-	uint64_t prov_ok_conn, prov_ok_epoch;
+	/* remote, between hosts: the last SD_PROV_OK_WAYS connections (their pserial) on which its target
+	 * confirmed this descriptor (PROV_CHECK), for the confirmation epoch prov_ok_epoch; local: its stop
+	 * began (no confirmation any more) */
+#define SD_PROV_OK_WAYS 8
+	uint64_t prov_ok_conn[SD_PROV_OK_WAYS], prov_ok_epoch;
+	uint32_t prov_ok_next;
 	int prov_revoking;
 };
 

@@ -1230,7 +1230,9 @@ static int peer_revoked(struct doca_rdma_connection *c, struct doca_mmap *m)
  * on this connection (PROV_REVOKE): the confirmation holds for the life of
  * the connection, and what follows is the revocation notice's. Kept per
  * connection, at most SD_PCHECK_MAX descriptors (an older one is asked about
- * again); each map caches the connection that confirmed it last.
+ * again); each map caches the last SD_PROV_OK_WAYS connections that confirmed
+ * it (a descriptor used in turn on several connections: the transfer engine's
+ * connections per peer), so its operations do not scan the records.
  */
 #define SD_PCHECK_MAX 1024u
 
@@ -1287,12 +1289,20 @@ static int descriptor_confirmed(struct doca_rdma_connection *c, struct doca_mmap
 
 	if (!c->pserial)
 		c->pserial = ++P.conn_serials;
-	if (m->prov_ok_conn == c->pserial && m->prov_ok_epoch == P.chk_epoch)
-		return 1;
+	if (m->prov_ok_epoch == P.chk_epoch) {
+		for (uint32_t i = 0; i < SD_PROV_OK_WAYS; i++)
+			if (m->prov_ok_conn[i] == c->pserial)
+				return 1;
+	}
 	r = check_find(c, m);
 	if (r && r->state == CHK_OK) {
-		m->prov_ok_conn = c->pserial;
-		m->prov_ok_epoch = P.chk_epoch;
+		if (m->prov_ok_epoch != P.chk_epoch) {
+			memset(m->prov_ok_conn, 0, sizeof(m->prov_ok_conn));
+			m->prov_ok_epoch = P.chk_epoch;
+			m->prov_ok_next = 0;
+		}
+		m->prov_ok_conn[m->prov_ok_next] = c->pserial;
+		m->prov_ok_next = (m->prov_ok_next + 1) % SD_PROV_OK_WAYS;
 		return 1;
 	}
 	now = sd_now_ns();
