@@ -580,6 +580,17 @@ doca_error_t ux_conn_export(struct sd_prov_conn *pc, void **blob, size_t *len)
 	return DOCA_SUCCESS;
 }
 
+/* A peer's worker address goes to ucp_ep_create, which takes no length and trusts it: UCX aborts the process
+ * on an address format it does not know (ucp_address_unpack_header asserts: format 1 or 2, the low four bits
+ * of the first byte 0 or 1; format 2 has a second header byte). Refused here with a reason instead. This checks
+ * the header only: UCX parses the rest unchecked (docs/providers.md, "Known gaps"). */
+static int addr_header_ok(const uint8_t *a, uint32_t alen)
+{
+	uint8_t version = a[0] & 0x0f;
+
+	return version == 0 || (version == 1 && alen >= 2);
+}
+
 doca_error_t ux_conn_connect(struct sd_prov_conn *pc, const void *blob, size_t len, struct sd_prov_why *why)
 {
 	struct uconn *c = (struct uconn *)pc;
@@ -602,6 +613,12 @@ doca_error_t ux_conn_connect(struct sd_prov_conn *pc, const void *blob, size_t l
 	alen = bl >= ADDR_BODY_FIXED ? get32(b + 16) : 0;
 	if (bl < ADDR_BODY_FIXED || alen == 0 || alen != bl - ADDR_BODY_FIXED || get64(b) == 0 || get64(b + 8) == 0) {
 		WHY(why, "ucx connection blob: inconsistent fields");
+		return DOCA_ERROR_INVALID_VALUE;
+	}
+	if (!addr_header_ok(b + ADDR_BODY_FIXED, alen)) {
+		WHY(why, "ucx connection blob: the peer's worker address is not a UCP address (header byte 0x%02x: "
+			 "address format %u, not 1 or 2); a forged or corrupted blob",
+		    b[ADDR_BODY_FIXED], (unsigned)(b[ADDR_BODY_FIXED] & 0x0f) + 1);
 		return DOCA_ERROR_INVALID_VALUE;
 	}
 	c->peer_uid = get64(b);
