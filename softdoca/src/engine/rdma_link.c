@@ -221,12 +221,31 @@ static size_t ctrl_cost(const struct sd_txitem *it)
 	return sizeof(*it) + (it->ref ? 0 : it->blob_cap ? it->blob_cap : it->iov1.iov_len);
 }
 
+/* Every link's ctrl_q together (engine lock): past SD_CTRLQ_PROC the links
+ * that hold more than SD_CTRLQ_SHARE each wait too, so many peers that do not
+ * read cannot add up to connections x SD_CTRLQ_HIGH; peers that read their
+ * answers (small queues) go on. */
+static size_t ctrl_q_all;
+
+static int ctrl_q_over(const struct sd_link *l)
+{
+	return l->ctrl_q >= SD_CTRLQ_HIGH || (ctrl_q_all >= SD_CTRLQ_PROC && l->ctrl_q >= SD_CTRLQ_SHARE);
+}
+
+static size_t ctrl_q_resume_at(void)
+{
+	return ctrl_q_all >= SD_CTRLQ_PROC ? SD_CTRLQ_SHARE / 2 : SD_CTRLQ_LOW;
+}
+
 static void ctrl_q_add(struct sd_link *l, const struct sd_txitem *it)
 {
-	l->ctrl_q += ctrl_cost(it);
+	size_t c = ctrl_cost(it);
+
+	l->ctrl_q += c;
+	ctrl_q_all += c;
 	/* at a frame's boundary only: a write half read would hold its map (rx_ref) while paused; the
 	 * next answer queued looks again */
-	if (l->ctrl_q < SD_CTRLQ_HIGH || (l->rx_paused & SD_RXP_TX) || l->dead || l->rx_state == SD_RX_PAYLOAD)
+	if (!ctrl_q_over(l) || (l->rx_paused & SD_RXP_TX) || l->dead || l->rx_state == SD_RX_PAYLOAD)
 		return;
 	SD_DBG("rdma: the peer does not read its answers (%zu bytes queued): its input waits", l->ctrl_q);
 	l->rx_paused |= SD_RXP_TX;
@@ -237,13 +256,42 @@ static void ctrl_q_done(struct sd_link *l, const struct sd_txitem *it)
 {
 	size_t c = ctrl_cost(it);
 
-	l->ctrl_q = l->ctrl_q > c ? l->ctrl_q - c : 0;
-	if (!(l->rx_paused & SD_RXP_TX) || l->ctrl_q > SD_CTRLQ_LOW || l->dead)
+	if (c > l->ctrl_q)
+		c = l->ctrl_q;
+	l->ctrl_q -= c;
+	ctrl_q_all -= c;
+	if (!(l->rx_paused & SD_RXP_TX) || l->ctrl_q > ctrl_q_resume_at() || l->dead)
 		return;
 	l->rx_paused &= ~SD_RXP_TX;
 	sd_link_update_events(l);
 	if (!l->rx_paused)
 		sd_link_rx_kick(l);
+}
+
+static size_t park_all;
+
+size_t sd_link_park_bytes(void)
+{
+	return park_all;
+}
+
+uint8_t *sd_link_park_alloc(struct sd_link *l, size_t len)
+{
+	sd_link_park_free(l);
+	l->park_buf = malloc(len);
+	if (l->park_buf) {
+		l->park_cap = len;
+		park_all += len;
+	}
+	return l->park_buf;
+}
+
+void sd_link_park_free(struct sd_link *l)
+{
+	free(l->park_buf);
+	l->park_buf = NULL;
+	park_all -= l->park_cap;
+	l->park_cap = 0;
 }
 
 /* Staged bytes of a link that was paused are processed by the engine once
@@ -326,9 +374,9 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 	l->ops->on_abort_rx(l, status);
 	if (l->parked) {
 		l->parked = 0;
+		l->park_defer = 0;
 		l->rdma->nparked--;
-		free(l->park_buf);
-		l->park_buf = NULL;
+		sd_link_park_free(l);
 	}
 	for (it = l->txq_head; it; it = nx) {
 		nx = it->next;
@@ -337,6 +385,7 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 		drop_item(it);
 	}
 	l->txq_head = l->txq_tail = NULL;
+	ctrl_q_all -= l->ctrl_q;
 	l->ctrl_q = 0;
 	for (it = l->out_head; it; it = nx) {
 		nx = it->next;
@@ -364,7 +413,7 @@ void sd_link_free_closed(void)
 		struct sd_link *l = graveyard;
 
 		graveyard = l->next;
-		free(l->park_buf);
+		sd_link_park_free(l);
 		free(l->prov_buf);
 		free(l->rb);
 		l->ops->on_free(l);
@@ -556,9 +605,9 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 	l->out_count = 0;
 	if (l->parked) {
 		l->parked = 0;
+		l->park_defer = 0;
 		l->rdma->nparked--;
-		free(l->park_buf);
-		l->park_buf = NULL;
+		sd_link_park_free(l);
 	}
 	l->draining = 1;
 	l->close_after_flush = 1;

@@ -90,5 +90,13 @@ SD_EXPORT long softdoca_debug_counter(const char *name)
 		return (long)sd_eng_prov_progress_calls();
 	if (name && !strncmp(name, "provider:", 9))
 		return sd_prov_counter(name + 9);
+	if (name && !strcmp(name, "park_bytes")) { /* the heap of RNR parks, all links */
+		long v;
+
+		sd_eng_lock();
+		v = (long)sd_link_park_bytes();
+		sd_eng_unlock();
+		return v;
+	}
 	return -1;
 }

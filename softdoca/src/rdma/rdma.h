@@ -334,6 +334,7 @@ enum sd_rx_action {
 	SD_RXA_WRITE,     /* into target memory (or drained on error) */
 	SD_RXA_SEND,      /* into a posted receive (or drained on error) */
 	SD_RXA_PARK,      /* into a heap buffer: no receive posted */
+	SD_RXA_PARK_DEFER,/* no receive posted and no room to park: the payload waits in the socket */
 	SD_RXA_READ_RESP, /* into the local destination of a read */
 	SD_RXA_ATOMIC_RESP,
 	SD_RXA_CTRL,      /* small control payload into ctrl_buf */
@@ -409,10 +410,11 @@ struct sd_link {
 	int rx_kick;                       /* unpaused with bytes staged: the engine processes them */
 	/* parked message (RNR) */
 	int parked;
+	int park_defer;                    /* its payload waits in the socket (sd_link_park_bytes) */
 	struct sd_hdr park;
 	uint8_t *park_buf;
-	size_t park_len;
-	uint64_t park_deadline_ns, park_nak_ns;
+	size_t park_len, park_cap;         /* park_cap: park_buf's size (sd_link_park_alloc) */
+	uint64_t park_since_ns, park_deadline_ns, park_nak_ns;
 	/* stashed OOB hello (acceptor side, connect not called yet) */
 	int have_hello;
 	uint64_t hello_instance;
@@ -733,7 +735,21 @@ void sd_link_update_events(struct sd_link *link);
 #define SD_RXP_TX 2
 #define SD_CTRLQ_HIGH (64u << 20)
 #define SD_CTRLQ_LOW (16u << 20)
+/* The process's bound: past SD_CTRLQ_PROC queued on all links together, a link
+ * holding SD_CTRLQ_SHARE or more waits as well (until it drained to half of it). */
+#define SD_CTRLQ_PROC (256u << 20)
+#define SD_CTRLQ_SHARE (4u << 20)
 void sd_link_set_rx_paused(struct sd_link *link, int paused);
+/* The heap of RNR parks (park_buf), counted for the whole process (engine
+ * lock): past SD_PARK_PROC a message that finds no receive posted is not read
+ * into the heap; its payload waits in the socket (the link paused, TCP's flow
+ * control holds the sender) until a receive is posted or its RNR budget ends.
+ * Many peers that send while nothing is posted cannot add up to connections x
+ * SD_RDMA_MAX_PARK. */
+#define SD_PARK_PROC (256u << 20)
+size_t sd_link_park_bytes(void);
+uint8_t *sd_link_park_alloc(struct sd_link *link, size_t len);
+void sd_link_park_free(struct sd_link *link);
 /* Have the engine process staged rx bytes of a link that was unpaused. */
 void sd_link_rx_kick(struct sd_link *link);
 /* Record why link broke (first reason wins). */

@@ -252,14 +252,16 @@ static int start_park(struct sd_link *l, const struct sd_hdr *h, int with_payloa
 		return -1;
 	l->park = *h;
 	l->park_len = with_payload ? h->payload_len : 0;
-	l->park_buf = NULL;
-	if (l->park_len) {
-		l->park_buf = malloc(l->park_len);
-		if (!l->park_buf)
-			return -1;
+	l->park_defer = 0;
+	if (l->park_len && sd_link_park_bytes() + l->park_len > SD_PARK_PROC) {
+		l->park_defer = 1; /* the process's parks are full: the payload waits in the socket */
+		l->park_len = 0;
+	} else if (l->park_len && !sd_link_park_alloc(l, l->park_len)) {
+		return -1;
 	}
-	l->park_deadline_ns = sd_now_ns() + budget * 1000000ull;
-	l->park_nak_ns = sd_now_ns() + sd_eng_timeout_ns() / 4;
+	l->park_since_ns = sd_now_ns();
+	l->park_deadline_ns = l->park_since_ns + budget * 1000000ull;
+	l->park_nak_ns = l->park_since_ns + sd_eng_timeout_ns() / 4;
 	return 0;
 }
 
@@ -346,6 +348,13 @@ static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 			if (start_park(l, h, 1) != 0) {
 				l->rx_status = DOCA_ERROR_TIME_OUT;
 				l->rx_discard = 1;
+				return 0;
+			}
+			if (l->park_defer) {
+				/* read nothing of it until a receive is posted (sd_wire_deliver_parked) */
+				l->rx_action = SD_RXA_PARK_DEFER;
+				l->rx_iovcnt = 0;
+				enter_park(l);
 				return 0;
 			}
 			l->rx_action = SD_RXA_PARK;
@@ -652,6 +661,11 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 	case SD_RXA_PARK:
 		enter_park(l);
 		return 0;
+	case SD_RXA_PARK_DEFER:
+		/* its payload was read with no receive to take it (its park ended without one): lost, so the
+		 * sender's send fails and the connection breaks, as when the budget runs out */
+		rnr_fail(l, h);
+		return 0;
 	case SD_RXA_READ_RESP:
 		sd_buf_tail_commit(t->dst, h->payload_len);
 		t->res_len = h->payload_len;
@@ -685,8 +699,7 @@ static struct sd_link *oldest_parked(struct doca_rdma *rdma)
 	for (struct sd_link *l = rdma->links; l; l = l->next) {
 		if (!l->parked || l->dead)
 			continue;
-		if (!best || l->park_deadline_ns - l->park.budget_ms * 1000000ull <
-				     best->park_deadline_ns - best->park.budget_ms * 1000000ull)
+		if (!best || l->park_since_ns < best->park_since_ns)
 			best = l;
 	}
 	return best;
@@ -694,11 +707,38 @@ static struct sd_link *oldest_parked(struct doca_rdma *rdma)
 
 static void unpark(struct sd_link *l)
 {
-	free(l->park_buf);
-	l->park_buf = NULL;
+	sd_link_park_free(l);
+	l->park_defer = 0;
 	l->parked = 0;
 	l->rdma->nparked--;
 	sd_link_set_rx_paused(l, 0);
+}
+
+/* A message whose payload waited in the socket gets receive t: the link reads
+ * the payload straight into it (or, too small, drains it and refuses it with
+ * the receive's room), as if t had been posted when the message came. */
+static void deliver_deferred(struct sd_link *l, struct sd_rtask *t)
+{
+	const struct sd_hdr *h = &l->rx;
+	uint64_t cap = 0;
+	int n = t->dst ? sd_buf_tail(t->dst, t->iov, t->iov_cap, &cap) : 0;
+
+	l->rx_action = SD_RXA_SEND;
+	l->rx_status = DOCA_SUCCESS;
+	if (n < 0 || h->payload_len > cap) {
+		sd_rtask_fail(t, DOCA_ERROR_TOO_BIG, "the posted receive has room for %llu bytes, the peer sent %u bytes",
+			      (unsigned long long)cap, h->payload_len);
+		l->rx_status = DOCA_ERROR_TOO_BIG;
+		memset(&l->rx_nak, 0, sizeof(l->rx_nak));
+		l->rx_nak.code = SD_NAK_RECV_ROOM;
+		l->rx_nak.len = cap;
+		l->rx_discard = 1;
+	} else {
+		l->rx_task = t;
+		l->rx_iov = t->iov;
+		l->rx_iovcnt = n;
+	}
+	unpark(l);
 }
 
 void sd_wire_deliver_parked(struct doca_rdma *rdma)
@@ -711,6 +751,10 @@ void sd_wire_deliver_parked(struct doca_rdma *rdma)
 		if (!l)
 			break; /* what is left was parked by the provider path */
 		t = sd_rdma_pop_recv(rdma);
+		if (l->park_defer) {
+			deliver_deferred(l, t);
+			continue;
+		}
 		if (l->park.opcode != SD_OP_WRITE_IMM) {
 			uint64_t cap = 0, off = 0;
 			int n = t->dst ? sd_buf_tail(t->dst, t->iov, t->iov_cap, &cap) : 0;
