@@ -221,3 +221,45 @@ def test_messages_nobody_receives_are_bounded_together() -> None:
             s.close()
         legit.close()
         target.close()
+
+
+def test_a_message_waiting_in_its_socket_fails_as_rnr_when_its_budget_ends() -> None:
+    """With the process's parks full, a requester's 32 MiB message (more than the sockets' buffers hold) waits
+    in its socket; no receive comes within its RNR budget (rnr_retry 3: 300 ms): its send fails with
+    DOCA_ERROR_TIME_OUT, "RNR retry exceeded", as a message parked on the heap does (the target reads past the
+    payload first: answered before, the requester took the answer for a stray one and reported a lost connection)."""
+    import threading
+    target = PeerProc(env={"SOFTDOCA_TIMEOUT_MS": "30000"})
+    legit = PeerProc()
+    hostile: list = []
+    try:
+        port = random.randint(20000, 40000)
+        target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm", port=port)
+        target.post("wait_conn", n=5)
+        hostile = [raw_peer(port) for _ in range(4)]
+        legit.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
+                   port=port, rnr_retry=3)
+        target.answer("wait_conn")
+        payload = b"\x5a" * (64 << 20)
+
+        def send(s: socket.socket) -> None:
+            try:
+                s.settimeout(60)
+                s.sendall(frame(SEND, len(payload), req_id=1, budget_ms=0xFFFFFFFF) + payload)
+            except OSError:
+                pass
+        threads = [threading.Thread(target=send, args=(s,), daemon=True) for s in hostile]
+        for th in threads:
+            th.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(th.is_alive() for th in threads):
+            time.sleep(0.1)
+        assert target.call("counters", names=["park_bytes"])["values"]["park_bytes"] == 4 * (64 << 20)
+        with pytest.raises(RuntimeError) as err:
+            legit.call("send_many", texts=["L" * (32 << 20)])
+        assert "TimeOutError" in str(err.value) and "RNR retry exceeded" in str(err.value), err.value
+    finally:
+        for s in hostile:
+            s.close()
+        legit.close()
+        target.close()

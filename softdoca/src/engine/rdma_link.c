@@ -112,9 +112,14 @@ static struct sd_link *graveyard;
 static _Atomic uint64_t link_serial; /* tags links in a pe's notification set */
 static pthread_once_t link_once = PTHREAD_ONCE_INIT;
 
+static size_t ctrl_q_all, park_all;
+static int nlinks_live;
+
 static void link_atfork_child(void)
 {
 	graveyard = NULL; /* the parent's engine thread may have been mid-turn */
+	ctrl_q_all = park_all = 0; /* the parent's links are not the child's */
+	nlinks_live = 0;
 }
 
 static void link_init_once(void)
@@ -221,20 +226,27 @@ static size_t ctrl_cost(const struct sd_txitem *it)
 	return sizeof(*it) + (it->ref ? 0 : it->blob_cap ? it->blob_cap : it->iov1.iov_len);
 }
 
-/* Every link's ctrl_q together (engine lock): past SD_CTRLQ_PROC the links
- * that hold more than SD_CTRLQ_SHARE each wait too, so many peers that do not
- * read cannot add up to connections x SD_CTRLQ_HIGH; peers that read their
- * answers (small queues) go on. */
-static size_t ctrl_q_all;
+/* Every link's ctrl_q together (ctrl_q_all, engine lock): past SD_CTRLQ_PROC
+ * a link that holds its share of it (SD_CTRLQ_PROC over the links open, at
+ * least SD_CTRLQ_SHARE_MIN, at most SD_CTRLQ_SHARE) waits too, so many peers
+ * that do not read stay near SD_CTRLQ_PROC together instead of adding up to
+ * connections x SD_CTRLQ_HIGH; peers that read their answers (small queues)
+ * go on. */
+static size_t ctrl_q_share(void)
+{
+	size_t share = nlinks_live > 0 ? SD_CTRLQ_PROC / (size_t)nlinks_live : SD_CTRLQ_SHARE;
+
+	return share > SD_CTRLQ_SHARE ? SD_CTRLQ_SHARE : share < SD_CTRLQ_SHARE_MIN ? SD_CTRLQ_SHARE_MIN : share;
+}
 
 static int ctrl_q_over(const struct sd_link *l)
 {
-	return l->ctrl_q >= SD_CTRLQ_HIGH || (ctrl_q_all >= SD_CTRLQ_PROC && l->ctrl_q >= SD_CTRLQ_SHARE);
+	return l->ctrl_q >= SD_CTRLQ_HIGH || (ctrl_q_all >= SD_CTRLQ_PROC && l->ctrl_q >= ctrl_q_share());
 }
 
 static size_t ctrl_q_resume_at(void)
 {
-	return ctrl_q_all >= SD_CTRLQ_PROC ? SD_CTRLQ_SHARE / 2 : SD_CTRLQ_LOW;
+	return ctrl_q_all >= SD_CTRLQ_PROC ? ctrl_q_share() / 2 : SD_CTRLQ_LOW;
 }
 
 static void ctrl_q_add(struct sd_link *l, const struct sd_txitem *it)
@@ -267,8 +279,6 @@ static void ctrl_q_done(struct sd_link *l, const struct sd_txitem *it)
 	if (!l->rx_paused)
 		sd_link_rx_kick(l);
 }
-
-static size_t park_all;
 
 size_t sd_link_park_bytes(void)
 {
@@ -340,6 +350,7 @@ struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting, cons
 		return NULL;
 	}
 	SD_LIVE_INC(SD_LIVE_LINK);
+	nlinks_live++;
 	l->next = rdma->links;
 	rdma->links = l;
 	return l;
@@ -418,6 +429,7 @@ void sd_link_free_closed(void)
 		free(l->rb);
 		l->ops->on_free(l);
 		SD_LIVE_DEC(SD_LIVE_LINK);
+		nlinks_live--;
 		free(l);
 	}
 }

@@ -736,9 +736,12 @@ void sd_link_update_events(struct sd_link *link);
 #define SD_CTRLQ_HIGH (64u << 20)
 #define SD_CTRLQ_LOW (16u << 20)
 /* The process's bound: past SD_CTRLQ_PROC queued on all links together, a link
- * holding SD_CTRLQ_SHARE or more waits as well (until it drained to half of it). */
+ * holding its share (SD_CTRLQ_PROC over the links open, between
+ * SD_CTRLQ_SHARE_MIN and SD_CTRLQ_SHARE) waits as well, until it drained to
+ * half of it. */
 #define SD_CTRLQ_PROC (256u << 20)
 #define SD_CTRLQ_SHARE (4u << 20)
+#define SD_CTRLQ_SHARE_MIN (64u << 10)
 void sd_link_set_rx_paused(struct sd_link *link, int paused);
 /* The heap of RNR parks (park_buf), counted for the whole process (engine
  * lock): past SD_PARK_PROC a message that finds no receive posted is not read

@@ -241,6 +241,16 @@ static void recv_result(struct sd_rtask *t, struct sd_link *l, const struct sd_h
 	}
 }
 
+/* A receive for a message that just arrived, if one is left once the messages
+ * parked before it got theirs (a receive posted a moment ago may not have
+ * been handed to them yet). */
+static struct sd_rtask *next_recv(struct doca_rdma *rdma)
+{
+	if (rdma->nparked && rdma->rq_head)
+		sd_wire_deliver_parked(rdma);
+	return sd_rdma_pop_recv(rdma);
+}
+
 /* Two-sided message with no receive posted: park it, or fail if no budget. */
 static int start_park(struct sd_link *l, const struct sd_hdr *h, int with_payload)
 {
@@ -338,7 +348,7 @@ static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 		return 0;
 	case SD_OP_SEND:
 	case SD_OP_SEND_IMM: {
-		struct sd_rtask *t = sd_rdma_pop_recv(l->rdma);
+		struct sd_rtask *t = next_recv(l->rdma);
 		uint64_t cap = 0;
 		int n = 0;
 
@@ -625,7 +635,7 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 		 * completes: a receiver that exits right after its completion
 		 * does not lose it */
 		if (h->opcode == SD_OP_WRITE_IMM) {
-			struct sd_rtask *r = sd_rdma_pop_recv(l->rdma);
+			struct sd_rtask *r = next_recv(l->rdma);
 
 			if (r) {
 				recv_result(r, l, h, h->payload_len);
@@ -662,8 +672,7 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 		enter_park(l);
 		return 0;
 	case SD_RXA_PARK_DEFER:
-		/* its payload was read with no receive to take it (its park ended without one): lost, so the
-		 * sender's send fails and the connection breaks, as when the budget runs out */
+		/* its budget ran out with its payload still in the socket (sd_wire_park_expired): read past */
 		rnr_fail(l, h);
 		return 0;
 	case SD_RXA_READ_RESP:
@@ -800,6 +809,14 @@ void sd_wire_park_expired(struct sd_link *l)
 {
 	struct sd_hdr h = l->park;
 
+	if (l->park_defer) {
+		/* the payload is still in the socket: read past it first (its sender's request is answered
+		 * once it went out whole: SD_RXA_PARK_DEFER), and within the timeout */
+		unpark(l);
+		l->rx_discard = 1;
+		l->deadline_ns = sd_now_ns() + sd_eng_timeout_ns();
+		return;
+	}
 	unpark(l);
 	rnr_fail(l, &h);
 }
