@@ -263,3 +263,36 @@ def test_a_message_waiting_in_its_socket_fails_as_rnr_when_its_budget_ends() -> 
             s.close()
         legit.close()
         target.close()
+
+
+def test_a_sender_that_stops_inside_its_message_loses_the_receive_not_the_next_message() -> None:
+    """A peer sends a 1 MiB message's header and 100 bytes of it, then nothing, its socket open: the posted
+    receive its message took fails CONNECTION_RESET after SOFTDOCA_TIMEOUT_MS (the peer owes the rest of a frame:
+    before, the receive stayed taken for ever), and a requester's later message gets the next receive, intact."""
+    target = PeerProc(env={"SOFTDOCA_TIMEOUT_MS": "2000"})
+    legit = PeerProc()
+    hostile = None
+    try:
+        port = random.randint(20000, 40000)
+        target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm", port=port)
+        target.post("wait_conn", n=2)
+        hostile = raw_peer(port)
+        legit.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
+                   port=port)
+        target.answer("wait_conn")
+        target.call("post_recv", n=2, size=2 << 20)
+        hostile.sendall(frame(SEND, 1 << 20, req_id=1, budget_ms=2000) + b"\x33" * 100)
+        time.sleep(0.3)
+        text = "M" * 4096
+        legit.post("send_many", texts=[text])
+        began = time.monotonic()
+        results = target.call("recv_results", timeout=15)["results"]
+        assert results[0].get("error") == "DOCA_ERROR_CONNECTION_RESET", results[0]
+        assert base64.b64decode(results[1]["data"]) == text.encode(), results[1].get("error")
+        assert time.monotonic() - began < 8
+        legit.answer("send_many")
+    finally:
+        if hostile is not None:
+            hostile.close()
+        legit.close()
+        target.close()

@@ -436,8 +436,8 @@ void sd_link_free_closed(void)
 
 void sd_link_queue(struct sd_link *l, struct sd_txitem *it)
 {
-	if (!l->txq_head && !l->out_head && !l->awaited)
-		l->last_rx_ns = sd_now_ns(); /* idle -> busy: silence is counted from now */
+	if (!l->txq_head && !l->out_head && !l->awaited && l->rx_state != SD_RX_PAYLOAD)
+		l->last_rx_ns = sd_now_ns(); /* idle -> busy: silence is counted from now (mid-payload it counts already) */
 	it->next = NULL;
 	it->sent = 0;
 	if (l->txq_tail)

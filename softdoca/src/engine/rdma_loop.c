@@ -237,7 +237,10 @@ static uint64_t link_timers(struct sd_link *l, uint64_t now, uint64_t T)
 			l->park_nak_ns = now + T / 4;
 		}
 		next = sd_min_deadline(next, sd_min_deadline(l->park_deadline_ns, l->park_nak_ns));
-	} else if (l->conn && l->conn->state == SDC_ESTABLISHED && (l->out_head || l->txq_head || l->awaited)) {
+	} else if (l->conn && l->conn->state == SDC_ESTABLISHED &&
+		   (l->out_head || l->txq_head || l->awaited || l->rx_state == SD_RX_PAYLOAD)) {
+		/* (mid-payload the peer owes us the rest of a frame: a sender that stops there would hold what
+		 * the payload goes into, a posted receive or a park, for ever) */
 		/* alive: the peer sent something, or took more of our data */
 		uint64_t alive = l->last_rx_ns > l->last_tx_ns ? l->last_rx_ns : l->last_tx_ns;
 		uint64_t ping_due = (alive > l->last_ping_ns ? alive : l->last_ping_ns) + T / 4;

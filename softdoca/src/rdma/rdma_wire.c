@@ -747,6 +747,7 @@ static void deliver_deferred(struct sd_link *l, struct sd_rtask *t)
 		l->rx_iov = t->iov;
 		l->rx_iovcnt = n;
 	}
+	l->last_rx_ns = sd_now_ns(); /* the rest of the payload is due from now (the keepalive) */
 	unpark(l);
 }
 
