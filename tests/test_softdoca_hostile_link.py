@@ -9,11 +9,14 @@ the target read is declared dead after SOFTDOCA_TIMEOUT_MS, as any silent peer; 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import random
 import socket
 import struct
+import threading
 import time
+from typing import Any, Iterator, List, Tuple
 
 import pytest
 
@@ -47,57 +50,37 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_a_peer_that_never_reads_is_held_and_dropped() -> None:
-    target = PeerProc(env={"SOFTDOCA_TIMEOUT_MS": str(TIMEOUT_MS)})
+def raw_peer(port: int) -> socket.socket:
+    """A raw CM client past the handshake (a made-up requester)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(frame(CM_REQ, 24) + os.urandom(24))
+    assert len(s.recv(96)) > 0                                        # CM_ACCEPT
+    s.sendall(frame(CM_RTU))
+    return s
+
+
+@contextlib.contextmanager
+def raw_peers_and_requester(n: int, timeout_ms: int, **requester: Any) -> Iterator[Tuple[PeerProc, PeerProc,
+                                                                                          List[socket.socket], str]]:
+    """A target (CM listener, its map filled with 0x22, no receive posted), n raw peers past the handshake,
+    then a softdoca requester (its map 0x5C) connected with the start options given; and the target's map
+    descriptor. All closed after."""
+    target = PeerProc(env={"SOFTDOCA_TIMEOUT_MS": str(timeout_ms)})
     legit = PeerProc()
-    hostile = socket.socket()
+    raw: List[socket.socket] = []
     try:
         port = random.randint(20000, 40000)
         started = target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm",
                               port=port, fill=0x22)
-        target.post("wait_conn", n=2)
-        hostile.settimeout(10)
-        hostile.connect(("127.0.0.1", port))
-        hostile.sendall(frame(CM_REQ, 24) + os.urandom(24))         # instance + token of a made-up requester
-        assert len(hostile.recv(96)) > 0                             # CM_ACCEPT
-        hostile.sendall(frame(CM_RTU))
+        target.post("wait_conn", n=n + 1)
+        raw = [raw_peer(port) for _ in range(n)]
         legit.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
-                   port=port, fill=0x5C)
+                   port=port, fill=0x5C, **requester)
         target.answer("wait_conn")
-        pid = target.proc.pid
-        base = rss_mb(pid)
-
-        # 10,000 PINGs (960 KB) at a time, until the target stops taking them or 400 MB went; it holds at most
-        # 64 MiB of answers for a link (SD_CTRLQ_HIGH), then the kernel's socket buffers fill
-        hostile.settimeout(0.3)
-        burst, sent = frame(PING) * 10000, 0
-        try:
-            while sent < 400 << 20:
-                hostile.sendall(burst)
-                sent += len(burst)
-        except (socket.timeout, BlockingIOError):
-            pass
-        grew = rss_mb(pid) - base
-        assert sent < 150 << 20, f"the target took {sent >> 20} MB of requests whose answers nobody read"
-        if not os.environ.get("PYDOCA_TEST_SANITIZER"):     # ASan's and TSan's own memory swamps the figure
-            assert grew < 100, f"the target's memory grew {grew:.0f} MB for {sent >> 20} MB of unread answers"
-
-        # held, it does not spin: the engine stops watching that link's input
-        c0 = cpu_s(pid)
-        time.sleep(1.0)
-        assert cpu_s(pid) - c0 < 0.5, "the target spins while the peer's input waits"
-
-        # the other requester is served meanwhile
-        legit.call("write_burst", blob=started["mmap"], n=2, size=CHUNK)
-        assert [r["error"] for r in legit.call("burst_results", wait=10)["results"]] == [None, None]
-
-        # and the silent peer is declared dead after the timeout
-        events = target.call("conn_events", want="disconnected", wait=4 * TIMEOUT_MS / 1000)["events"]
-        assert "disconnected" in events, events
-        legit.call("write_burst", blob=started["mmap"], n=1, size=CHUNK)
-        assert [r["error"] for r in legit.call("burst_results", wait=10)["results"]] == [None]
+        yield target, legit, raw, started["mmap"]
     finally:
-        hostile.close()
+        for s in raw:
+            s.close()
         legit.close()
         target.close()
 
@@ -115,30 +98,48 @@ def flood_until_held(s: socket.socket, limit: int) -> int:
     return sent
 
 
-def test_many_peers_that_never_read_are_bounded_together() -> None:
-    """Eight such peers at once: each link's own bound (64 MiB of answers) would let them hold 512 MiB; past
-    256 MiB for the whole process a link holding 4 MiB waits too. The target's memory stays under that, another
-    requester is served meanwhile, and the target does not spin."""
-    target = PeerProc(env={"SOFTDOCA_TIMEOUT_MS": "30000"})
-    legit = PeerProc()
-    hostile = [socket.socket() for _ in range(8)]
-    try:
-        port = random.randint(20000, 40000)
-        started = target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm",
-                              port=port, fill=0x22)
-        target.post("wait_conn", n=9)
-        for s in hostile:
-            s.settimeout(10)
-            s.connect(("127.0.0.1", port))
-            s.sendall(frame(CM_REQ, 24) + os.urandom(24))
-            assert len(s.recv(96)) > 0                                # CM_ACCEPT
-            s.sendall(frame(CM_RTU))
-        legit.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
-                   port=port, fill=0x5C)
-        target.answer("wait_conn")
+def idle_and_serving(target: PeerProc, legit: PeerProc, mmap: str) -> None:
+    """The target does not spin while held peers' input waits (< 0.5 s of CPU in 1 s), and the requester's
+    writes land meanwhile."""
+    c0 = cpu_s(target.proc.pid)
+    time.sleep(1.0)
+    assert cpu_s(target.proc.pid) - c0 < 0.5, "the target spins while its held peers' input waits"
+    legit.call("write_burst", blob=mmap, n=2, size=CHUNK)
+    assert [r["error"] for r in legit.call("burst_results", wait=10)["results"]] == [None, None]
+
+
+def test_a_peer_that_never_reads_is_held_and_dropped() -> None:
+    with raw_peers_and_requester(1, TIMEOUT_MS) as (target, legit, raw, mmap):
+        hostile = raw[0]
         pid = target.proc.pid
         base = rss_mb(pid)
-        took = [flood_until_held(s, 200 << 20) for s in hostile]
+
+        # 10,000 PINGs (960 KB) at a time, until the target stops taking them or 400 MB went; it holds at most
+        # 64 MiB of answers for a link (SD_CTRLQ_HIGH), then the kernel's socket buffers fill
+        sent = flood_until_held(hostile, 400 << 20)
+        grew = rss_mb(pid) - base
+        assert sent < 150 << 20, f"the target took {sent >> 20} MB of requests whose answers nobody read"
+        if not os.environ.get("PYDOCA_TEST_SANITIZER"):     # ASan's and TSan's own memory swamps the figure
+            assert grew < 100, f"the target's memory grew {grew:.0f} MB for {sent >> 20} MB of unread answers"
+
+        # held, it does not spin (the engine stops watching that link's input); the other requester is served
+        idle_and_serving(target, legit, mmap)
+
+        # and the silent peer is declared dead after the timeout
+        events = target.call("conn_events", want="disconnected", wait=4 * TIMEOUT_MS / 1000)["events"]
+        assert "disconnected" in events, events
+        legit.call("write_burst", blob=mmap, n=1, size=CHUNK)
+        assert [r["error"] for r in legit.call("burst_results", wait=10)["results"]] == [None]
+
+
+def test_many_peers_that_never_read_are_bounded_together() -> None:
+    """Eight such peers at once: each link's own bound (64 MiB of answers) would let them hold 512 MiB; past
+    256 MiB for the whole process a link holding its share (here 4 MiB) waits too. The target's memory stays
+    under that, another requester is served meanwhile, and the target does not spin."""
+    with raw_peers_and_requester(8, 30000) as (target, legit, raw, mmap):
+        pid = target.proc.pid
+        base = rss_mb(pid)
+        took = [flood_until_held(s, 200 << 20) for s in raw]
         time.sleep(0.5)
         grew = rss_mb(pid) - base
         assert all(t < 150 << 20 for t in took), [t >> 20 for t in took]
@@ -146,25 +147,30 @@ def test_many_peers_that_never_read_are_bounded_together() -> None:
         assert sum(took) < 400 << 20, [t >> 20 for t in took]
         if not os.environ.get("PYDOCA_TEST_SANITIZER"):     # ASan's and TSan's own memory swamps the figure
             assert grew < 400, f"the target's memory grew {grew:.0f} MB for {sum(took) >> 20} MB of unread answers"
-        c0 = cpu_s(pid)
-        time.sleep(1.0)
-        assert cpu_s(pid) - c0 < 0.5, "the target spins while its peers' input waits"
-        legit.call("write_burst", blob=started["mmap"], n=2, size=CHUNK)
-        assert [r["error"] for r in legit.call("burst_results", wait=10)["results"]] == [None, None]
-    finally:
-        for s in hostile:
-            s.close()
-        legit.close()
-        target.close()
+        idle_and_serving(target, legit, mmap)
 
 
-def raw_peer(port: int) -> socket.socket:
-    """A raw CM client past the handshake (a made-up requester)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(frame(CM_REQ, 24) + os.urandom(24))
-    assert len(s.recv(96)) > 0                                        # CM_ACCEPT
-    s.sendall(frame(CM_RTU))
-    return s
+def send_64mib(peers: List[socket.socket]) -> List[threading.Thread]:
+    """Each raw peer sends one 64 MiB message (RNR budget: as long as the target allows), from a thread of its
+    own, one after the other (0.3 s apart: they park in this order)."""
+    payload = b"\x5a" * (64 << 20)
+
+    def send(s: socket.socket) -> None:
+        try:
+            s.settimeout(60)
+            s.sendall(frame(SEND, len(payload), req_id=1, budget_ms=0xFFFFFFFF) + payload)
+        except OSError:
+            pass                                                      # the target closed it after refusing it
+    threads = [threading.Thread(target=send, args=(s,), daemon=True) for s in peers]
+    for th in threads:
+        th.start()
+        time.sleep(0.3)
+    return threads
+
+
+def park_bytes(target: PeerProc) -> int:
+    value: int = target.call("counters", names=["park_bytes"])["values"]["park_bytes"]
+    return value
 
 
 def test_messages_nobody_receives_are_bounded_together() -> None:
@@ -172,39 +178,13 @@ def test_messages_nobody_receives_are_bounded_together() -> None:
     the heap (384 MiB); past 256 MiB for the whole process a message's payload waits in the socket instead. Then
     a requester's 1 MiB message waits the same way, and once receives are posted every message gets one in
     order: the 64 MiB ones are refused (the receives hold 1 MiB), the requester's arrives intact."""
-    import threading
-    target = PeerProc(env={"SOFTDOCA_TIMEOUT_MS": "30000"})
-    legit = PeerProc()
-    hostile: list = []
-    try:
-        port = random.randint(20000, 40000)
-        target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm", port=port,
-                    fill=0x22)
-        target.post("wait_conn", n=7)
-        hostile = [raw_peer(port) for _ in range(6)]
-        legit.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
-                   port=port, fill=0x5C)
-        target.answer("wait_conn")
-        payload = b"\x5a" * (64 << 20)
-
-        def send(s: socket.socket) -> None:
-            try:
-                s.settimeout(60)
-                s.sendall(frame(SEND, len(payload), req_id=1, budget_ms=0xFFFFFFFF) + payload)
-            except OSError:
-                pass                                                  # the target closed it after refusing it
-        threads = [threading.Thread(target=send, args=(s,), daemon=True) for s in hostile]
+    with raw_peers_and_requester(6, 30000) as (target, legit, raw, _):
+        threads = send_64mib(raw)
         deadline = time.monotonic() + 30
-        parked = []
-        for th in threads:
-            th.start()
-            time.sleep(0.3)
-            parked.append(target.call("counters", names=["park_bytes"])["values"]["park_bytes"])
         while time.monotonic() < deadline and sum(th.is_alive() for th in threads) > 2:
             time.sleep(0.1)
-        held = target.call("counters", names=["park_bytes"])["values"]["park_bytes"]
         # four parked on the heap, two left waiting in their sockets (before: 384 MiB)
-        assert held == 4 * (64 << 20), (held >> 20, [p >> 20 for p in parked])
+        assert park_bytes(target) == 4 * (64 << 20)
         assert sum(th.is_alive() for th in threads) == 2
 
         text = "L" * (1 << 20)
@@ -215,12 +195,7 @@ def test_messages_nobody_receives_are_bounded_together() -> None:
         assert [r.get("error") for r in results[:6]] == ["DOCA_ERROR_TOO_BIG"] * 6, results[:6]
         assert results[6].get("len") == len(text) and base64.b64decode(results[6]["data"]) == text.encode()
         legit.answer("send_many")
-        assert target.call("counters", names=["park_bytes"])["values"]["park_bytes"] == 0
-    finally:
-        for s in hostile:
-            s.close()
-        legit.close()
-        target.close()
+        assert park_bytes(target) == 0
 
 
 def test_a_message_waiting_in_its_socket_fails_as_rnr_when_its_budget_ends() -> None:
@@ -228,60 +203,24 @@ def test_a_message_waiting_in_its_socket_fails_as_rnr_when_its_budget_ends() -> 
     in its socket; no receive comes within its RNR budget (rnr_retry 3: 300 ms): its send fails with
     DOCA_ERROR_TIME_OUT, "RNR retry exceeded", as a message parked on the heap does (the target reads past the
     payload first: answered before, the requester took the answer for a stray one and reported a lost connection)."""
-    import threading
-    target = PeerProc(env={"SOFTDOCA_TIMEOUT_MS": "30000"})
-    legit = PeerProc()
-    hostile: list = []
-    try:
-        port = random.randint(20000, 40000)
-        target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm", port=port)
-        target.post("wait_conn", n=5)
-        hostile = [raw_peer(port) for _ in range(4)]
-        legit.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
-                   port=port, rnr_retry=3)
-        target.answer("wait_conn")
-        payload = b"\x5a" * (64 << 20)
-
-        def send(s: socket.socket) -> None:
-            try:
-                s.settimeout(60)
-                s.sendall(frame(SEND, len(payload), req_id=1, budget_ms=0xFFFFFFFF) + payload)
-            except OSError:
-                pass
-        threads = [threading.Thread(target=send, args=(s,), daemon=True) for s in hostile]
-        for th in threads:
-            th.start()
+    with raw_peers_and_requester(4, 30000, rnr_retry=3) as (target, legit, raw, _):
+        threads = send_64mib(raw)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(th.is_alive() for th in threads):
             time.sleep(0.1)
-        assert target.call("counters", names=["park_bytes"])["values"]["park_bytes"] == 4 * (64 << 20)
+        assert park_bytes(target) == 4 * (64 << 20)
         with pytest.raises(RuntimeError) as err:
             legit.call("send_many", texts=["L" * (32 << 20)])
         assert "TimeOutError" in str(err.value) and "RNR retry exceeded" in str(err.value), err.value
-    finally:
-        for s in hostile:
-            s.close()
-        legit.close()
-        target.close()
 
 
 def test_a_sender_that_stops_inside_its_message_loses_the_receive_not_the_next_message() -> None:
     """A peer sends a 1 MiB message's header and 100 bytes of it, then nothing, its socket open: the posted
     receive its message took fails CONNECTION_RESET after SOFTDOCA_TIMEOUT_MS (the peer owes the rest of a frame:
     before, the receive stayed taken for ever), and a requester's later message gets the next receive, intact."""
-    target = PeerProc(env={"SOFTDOCA_TIMEOUT_MS": "2000"})
-    legit = PeerProc()
-    hostile = None
-    try:
-        port = random.randint(20000, 40000)
-        target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm", port=port)
-        target.post("wait_conn", n=2)
-        hostile = raw_peer(port)
-        legit.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="connect",
-                   port=port)
-        target.answer("wait_conn")
+    with raw_peers_and_requester(1, 2000) as (target, legit, raw, _):
         target.call("post_recv", n=2, size=2 << 20)
-        hostile.sendall(frame(SEND, 1 << 20, req_id=1, budget_ms=2000) + b"\x33" * 100)
+        raw[0].sendall(frame(SEND, 1 << 20, req_id=1, budget_ms=2000) + b"\x33" * 100)
         time.sleep(0.3)
         text = "M" * 4096
         legit.post("send_many", texts=[text])
@@ -291,8 +230,3 @@ def test_a_sender_that_stops_inside_its_message_loses_the_receive_not_the_next_m
         assert base64.b64decode(results[1]["data"]) == text.encode(), results[1].get("error")
         assert time.monotonic() - began < 8
         legit.answer("send_many")
-    finally:
-        if hostile is not None:
-            hostile.close()
-        legit.close()
-        target.close()

@@ -241,6 +241,29 @@ static void recv_result(struct sd_rtask *t, struct sd_link *l, const struct sd_h
 	}
 }
 
+/* Receive t takes the message of header h arriving on l: its payload is read
+ * straight into t, or, t too small, t fails TOO_BIG and the payload is read
+ * past (the sender is refused once it is). */
+static void take_recv(struct sd_link *l, struct sd_rtask *t, const struct sd_hdr *h)
+{
+	uint64_t cap = 0;
+	int n = t->dst ? sd_buf_tail(t->dst, t->iov, t->iov_cap, &cap) : 0;
+
+	if (n < 0 || h->payload_len > cap) {
+		sd_rtask_fail(t, DOCA_ERROR_TOO_BIG, "the posted receive has room for %llu bytes, the peer sent %u bytes",
+			      (unsigned long long)cap, h->payload_len);
+		l->rx_status = DOCA_ERROR_TOO_BIG;
+		memset(&l->rx_nak, 0, sizeof(l->rx_nak));
+		l->rx_nak.code = SD_NAK_RECV_ROOM;
+		l->rx_nak.len = cap;
+		l->rx_discard = 1;
+		return;
+	}
+	l->rx_task = t;
+	l->rx_iov = t->iov;
+	l->rx_iovcnt = n;
+}
+
 /* A receive for a message that just arrived, if one is left once the messages
  * parked before it got theirs (a receive posted a moment ago may not have
  * been handed to them yet). */
@@ -349,8 +372,6 @@ static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 	case SD_OP_SEND:
 	case SD_OP_SEND_IMM: {
 		struct sd_rtask *t = next_recv(l->rdma);
-		uint64_t cap = 0;
-		int n = 0;
 
 		l->rx_action = SD_RXA_SEND;
 		l->rx_status = DOCA_SUCCESS;
@@ -374,22 +395,7 @@ static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 			l->rx_iovcnt = l->park_len ? 1 : 0;
 			return 0;
 		}
-		if (t->dst)
-			n = sd_buf_tail(t->dst, t->iov, t->iov_cap, &cap);
-		if (n < 0 || h->payload_len > cap) {
-			sd_rtask_fail(t, DOCA_ERROR_TOO_BIG,
-				      "the posted receive has room for %llu bytes, the peer sent %u bytes",
-				      (unsigned long long)cap, h->payload_len);
-			l->rx_status = DOCA_ERROR_TOO_BIG;
-			memset(&l->rx_nak, 0, sizeof(l->rx_nak));
-			l->rx_nak.code = SD_NAK_RECV_ROOM;
-			l->rx_nak.len = cap;
-			l->rx_discard = 1;
-			return 0;
-		}
-		l->rx_task = t;
-		l->rx_iov = t->iov;
-		l->rx_iovcnt = n;
+		take_recv(l, t, h);
 		return 0;
 	}
 	case SD_OP_READ: {
@@ -728,25 +734,9 @@ static void unpark(struct sd_link *l)
  * the receive's room), as if t had been posted when the message came. */
 static void deliver_deferred(struct sd_link *l, struct sd_rtask *t)
 {
-	const struct sd_hdr *h = &l->rx;
-	uint64_t cap = 0;
-	int n = t->dst ? sd_buf_tail(t->dst, t->iov, t->iov_cap, &cap) : 0;
-
 	l->rx_action = SD_RXA_SEND;
 	l->rx_status = DOCA_SUCCESS;
-	if (n < 0 || h->payload_len > cap) {
-		sd_rtask_fail(t, DOCA_ERROR_TOO_BIG, "the posted receive has room for %llu bytes, the peer sent %u bytes",
-			      (unsigned long long)cap, h->payload_len);
-		l->rx_status = DOCA_ERROR_TOO_BIG;
-		memset(&l->rx_nak, 0, sizeof(l->rx_nak));
-		l->rx_nak.code = SD_NAK_RECV_ROOM;
-		l->rx_nak.len = cap;
-		l->rx_discard = 1;
-	} else {
-		l->rx_task = t;
-		l->rx_iov = t->iov;
-		l->rx_iovcnt = n;
-	}
+	take_recv(l, t, &l->rx);
 	l->last_rx_ns = sd_now_ns(); /* the rest of the payload is due from now (the keepalive) */
 	unpark(l);
 }
