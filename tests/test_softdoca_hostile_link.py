@@ -28,12 +28,14 @@ SIZE, CHUNK = 1 << 16, 4096
 TIMEOUT_MS = 4000
 
 
-def frame(opcode: int, payload_len: int = 0, req_id: int = 0, budget_ms: int = 0) -> bytes:
-    """A native wire header (docs/softdoca-contract.md): magic "SDRW", version 1, opcode, flags, request id,
-    payload length, immediate, status, RNR budget (ms), ..."""
-    out = bytearray(96)
-    struct.pack_into("<IBBHQI4sII", out, 0, 0x57524453, 1, opcode, 0, req_id, payload_len, b"\0" * 4, 0, budget_ms)
-    return bytes(out)
+HDR = struct.Struct("<IBBHQI4sIIQQQQ16sQQ")     # the native wire header (docs/softdoca-contract.md), 96 bytes
+
+
+def frame(opcode: int, payload_len: int = 0, req_id: int = 0, budget_ms: int = 0, raddr: int = 0) -> bytes:
+    """A native wire header: magic "SDRW", version 1, opcode, flags, request id, payload length, immediate,
+    status, RNR budget (ms), instance, map id, remote address, ..."""
+    return HDR.pack(0x57524453, 1, opcode, 0, req_id, payload_len, b"\0" * 4, 0, budget_ms, 0, 0, raddr, 0,
+                    b"\0" * 16, 0, 0)
 
 
 CM_REQ, CM_RTU, SEND, PING = 3, 6, 18, 48

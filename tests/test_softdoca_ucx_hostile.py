@@ -20,6 +20,7 @@ from typing import Dict, Tuple
 import pytest
 
 from rdma_util import ALL_REMOTE, PeerProc
+from test_softdoca_hostile_link import HDR, frame
 from test_softdoca_ucx import _built_with_ucx
 
 pytestmark = [
@@ -30,12 +31,7 @@ pytestmark = [
 
 SIZE, CHUNK = 1 << 16, 4096
 CM_REQ, CM_ACCEPT, CM_RTU, PROV_ADDR = 3, 4, 6, 52
-HDR = struct.Struct("<IBBHQI4sIIQQQQ16sQQ")     # the native wire header (docs/softdoca-contract.md), 96 bytes
 ENV = {"SOFTDOCA_PROVIDER": "ucx", "UCX_TLS": "tcp"}
-
-
-def frame(opcode: int, payload_len: int = 0, raddr: int = 0) -> bytes:
-    return HDR.pack(0x57524453, 1, opcode, 0, 0, payload_len, b"\0" * 4, 0, 0, 0, 0, raddr, 0, b"\0" * 16, 0, 0)
 
 
 def ucx_offer() -> int:
