@@ -87,7 +87,7 @@ ffibuilder.set_source(
     "pydoca._native._doca_cffi",
     SHIM_C,
     include_dirs=[os.path.join(ROOT, "softdoca", "include"), CDEFS, HERE],
-    extra_compile_args=["-std=gnu11", "-Wall", "-Wno-unused-function", "-Wno-unused-parameter"],
+    extra_compile_args=["-std=gnu11", "-Wall", "-Werror=implicit-function-declaration", "-Wno-unused-function", "-Wno-unused-parameter"],
 )
 
 if __name__ == "__main__":

@@ -522,6 +522,15 @@ static doca_error_t pydoca_run_end(struct pydoca_run *r, doca_error_t rc)
 	return st != DOCA_SUCCESS ? st : rc;
 }
 
+/* Slots [first, first+count) will not run (refused): what they hold is dropped. */
+void pydoca_batch_release(struct pydoca_batch_slot *slots, uint32_t first, uint32_t count)
+{
+	uint32_t i;
+
+	for (i = first; i < first + count; i++)
+		pydoca_slot_release(&slots[i]);
+}
+
 /*
  * A batch of buffers (not ranges) holds a reference on each of its buffers from
  * its submit until each task completed or was refused (pydoca_batch_release):
@@ -543,15 +552,6 @@ doca_error_t pydoca_batch_hold(struct doca_buf **a, struct doca_buf **b, struct 
 		slots[i].b = b ? b[i] : NULL;
 	}
 	return DOCA_SUCCESS;
-}
-
-/* Slots [first, first+count) will not run (refused): what they hold is dropped. */
-void pydoca_batch_release(struct pydoca_batch_slot *slots, uint32_t first, uint32_t count)
-{
-	uint32_t i;
-
-	for (i = first; i < first + count; i++)
-		pydoca_slot_release(&slots[i]);
 }
 
 doca_error_t pydoca_rdma_batch_submit(struct doca_rdma *rdma, int kind, struct doca_rdma_connection *conn,
