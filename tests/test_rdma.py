@@ -212,6 +212,58 @@ def test_a_sender_beyond_the_receive_window_is_broken_off(local: Local) -> None:
         peer.close()
 
 
+def test_messages_parked_through_a_provider_count_in_the_process_allowance(local: Local) -> None:
+    """What many connections park while no receive is posted is bounded for the whole process, not only per
+    connection: under a provider, six connections each send three 1 MiB messages to a receiver whose park
+    allowance is 4 MiB (SOFTDOCA_PARK_MAX_MB). What fits is parked and later delivered intact; past the
+    allowance a connection beyond its share (and any message past twice the allowance) gets the RNR verdict
+    at once (TIME_OUT, the connection breaks) instead of parking up to 64 MiB. The parked messages are
+    exactly what the receiver's park_bytes counts (it counted none through a provider before). Every send
+    that completed successfully was received (the verdict answers the oldest parked message)."""
+    mib = 1 << 20
+    peer = PeerProc(env={"SOFTDOCA_PARK_MAX_MB": "4"})
+    try:
+        port = free_port()
+        peer.call("start", size=4096, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="listen",
+                  port=port)
+        peer.post("wait_conn", timeout=10, n=6)   # the peer accepts while we connect
+        conns = [local.rdma.connect_to("127.0.0.1", port).wait_established(10) for _ in range(6)]
+        peer.answer("wait_conn")
+        if not _provider_up(conns[0]):
+            pytest.skip("messages take the provider only under SOFTDOCA_PROVIDER=ucx|ofi")
+        assert all(_await_provider(c) for c in conns)
+        data = bytearray(os.urandom(mib))
+        src = local.local(data)
+        tasks = [local.rdma.send(c, local.inv.buffer(src)) for c in conns for _ in range(3)]
+        # Settle: every send is parked (pending: the budget is SOFTDOCA_TIMEOUT_MS) or refused.
+        end = time.monotonic() + 4
+        parked = -1
+        while time.monotonic() < end:
+            local.pe.wait(0.05)
+            held = peer.call("counters", names=["park_bytes"])["values"]["park_bytes"]
+            if held == parked and held + sum(t.done for t in tasks) * mib >= 18 * mib:
+                break
+            parked = held
+        pending = [t for t in tasks if not t.done]
+        failed = [t for t in tasks if t.done]
+        # At most twice the allowance (past it only shares: which messages depends on the order they came in).
+        assert 1 <= len(pending) <= 8 and parked == len(pending) * mib, (len(pending), parked)
+        assert all(t.error is not None for t in failed), [(tasks.index(t), t.error) for t in failed]
+        assert {type(t.error) for t in failed} <= {E.TimeOutError, E.DocaConnectionResetError}, \
+            {type(t.error) for t in failed}
+        assert any(isinstance(t.error, E.TimeOutError) for t in failed)
+        # What was parked is delivered intact once receives are posted; the allowance is free again.
+        peer.call("post_recv", n=len(pending), size=mib)
+        results = peer.call("recv_results", timeout=10)["results"]
+        assert all("data" in r and base64.b64decode(r["data"]) == bytes(data) for r in results), \
+            [r.get("error") for r in results]
+        for t in pending:
+            t.result(10)
+        assert peer.call("counters", names=["park_bytes"])["values"]["park_bytes"] == 0
+    finally:
+        peer.close()
+
+
 def _ofi_shm_polled() -> bool:
     """Is ofi over shm polled (no doorbell)? Its doorbell is on where softdoca's lock watch knows libfabric's shm
     regions (libfabric 1.17 to 1.19), unless SOFTDOCA_OFI_DOORBELL says otherwise (docs/providers.md)."""

@@ -304,6 +304,29 @@ void sd_link_park_free(struct sd_link *l)
 	l->park_cap = 0;
 }
 
+void sd_link_park_charge(size_t len)
+{
+	park_all += len;
+}
+
+void sd_link_park_credit(size_t len)
+{
+	park_all -= len < park_all ? len : park_all;
+}
+
+size_t sd_link_park_limit(void)
+{
+	static size_t lim;
+
+	if (!lim) {
+		const char *e = getenv("SOFTDOCA_PARK_MAX_MB");
+		unsigned long mb = e && *e ? strtoul(e, NULL, 10) : 0;
+
+		lim = mb >= 1 && mb <= (SIZE_MAX >> 21) ? (size_t)mb << 20 : SD_PARK_PROC;
+	}
+	return lim;
+}
+
 /* Staged bytes of a link that was paused are processed by the engine once
  * it is unpaused (the socket may hold nothing more to wake it). */
 void sd_link_rx_kick(struct sd_link *l)

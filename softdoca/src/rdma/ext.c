@@ -90,7 +90,7 @@ SD_EXPORT long softdoca_debug_counter(const char *name)
 		return (long)sd_eng_prov_progress_calls();
 	if (name && !strncmp(name, "provider:", 9))
 		return sd_prov_counter(name + 9);
-	if (name && !strcmp(name, "park_bytes")) { /* the heap of RNR parks, all links */
+	if (name && !strcmp(name, "park_bytes")) { /* the heap of RNR parks: all links, and messages parked through a provider */
 		long v;
 
 		sd_eng_lock();

@@ -753,6 +753,11 @@ void sd_link_set_rx_paused(struct sd_link *link, int paused);
 size_t sd_link_park_bytes(void);
 uint8_t *sd_link_park_alloc(struct sd_link *link, size_t len);
 void sd_link_park_free(struct sd_link *link);
+/* The allowance: SD_PARK_PROC, or SOFTDOCA_PARK_MAX_MB (read once). Messages
+ * parked through a provider (rdma_pmsg.c) are charged and credited here too. */
+size_t sd_link_park_limit(void);
+void sd_link_park_charge(size_t len);
+void sd_link_park_credit(size_t len);
 /* Have the engine process staged rx bytes of a link that was unpaused. */
 void sd_link_rx_kick(struct sd_link *link);
 /* Record why link broke (first reason wins). */

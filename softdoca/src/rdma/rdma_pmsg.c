@@ -6,10 +6,14 @@
  * every receive it fills is acknowledged to the sender. A large message (one
  * the provider must still fetch) is fetched into a buffer of its own first
  * and handed to a receive from there, so nothing the provider writes can land
- * in a receive that failed in the meantime. Engine lock held everywhere.
+ * in a receive that failed in the meantime. What is parked or being fetched is
+ * charged to the process's park allowance (sd_link_park_limit, shared with the
+ * native links): past it, a connection may park only its share, and a message
+ * beyond that gets the RNR verdict at once. Engine lock held everywhere.
  */
 #include "rdma_pmsg.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -163,6 +167,7 @@ static void park_free_all(struct doca_rdma_connection *c)
 
 		c->pm_park_head = k->next;
 		c->rdma->nparked--;
+		sd_link_park_credit(k->len);
 		free(k->buf);
 		free(k);
 	}
@@ -185,14 +190,47 @@ static void park(struct doca_rdma_connection *c, struct sd_pm_park *k)
 	watch(c);
 }
 
-/* The budget is spent, or there is none (RNR retry count 0), or the message is
- * larger than anything parked: the sender's task fails with TIME_OUT (and the
- * sender breaks the connection); nothing more of this connection is taken. */
-static void rnr_verdict(struct doca_rdma_connection *c, uint32_t seq)
+#define NO_RECEIVE "no receive was posted here within the sender's budget"
+
+/* May c park len more bytes? Within the process's allowance, yes; past it, only
+ * within its share: the allowance over the connections parking (c included),
+ * between SD_CTRLQ_SHARE_MIN and SD_CTRLQ_SHARE, as for answers nobody reads,
+ * and never past twice the allowance. Many peers that send while nothing is
+ * posted hold no more than that, and a peer parking little is not refused for
+ * the others (until twice the allowance). */
+static int park_room(struct doca_rdma_connection *c, size_t len)
 {
-	SD_WARN("rdma: connection %u: no receive posted within the sender's RNR budget (%u ms)", c->id,
-		c->peer_budget_ms);
-	sd_conn_set_why(c, "RNR retry exceeded: no receive was posted here within the sender's budget");
+	size_t lim = sd_link_park_limit(), share, n = 1, held = c->pm_parked_bytes, all = sd_link_park_bytes();
+
+	if (all + len <= lim)
+		return 1;
+	if (all + len > 2 * lim)
+		return 0;
+	for (struct doca_rdma_connection *o = active; o; o = o->pm_next)
+		if (o != c && (o->pm_park_head || o->pm_placing))
+			n++;
+	share = lim / n;
+	share = share < SD_CTRLQ_SHARE_MIN ? SD_CTRLQ_SHARE_MIN : share > SD_CTRLQ_SHARE ? SD_CTRLQ_SHARE : share;
+	if (c->pm_placing)
+		held += c->pm_placing->len;
+	return held + len <= share;
+}
+
+/* The budget is spent, or there is none (RNR retry count 0), or the message is
+ * larger than anything parked, or the process's allowance is spent: the
+ * sender's task fails with TIME_OUT (the oldest parked one's, if any: the
+ * parked ones are dropped, and a verdict on a later message would tell the
+ * sender they arrived) and the sender breaks the connection; nothing more of
+ * this connection is taken. */
+static void rnr_verdict(struct doca_rdma_connection *c, uint32_t seq, const char *why)
+{
+	char text[256];
+
+	SD_WARN("rdma: connection %u: %s (the sender's RNR budget: %u ms)", c->id, why, c->peer_budget_ms);
+	snprintf(text, sizeof(text), "RNR retry exceeded: %s", why);
+	sd_conn_set_why(c, text);
+	if (c->pm_park_head) /* the verdict is the oldest's: an answer covers every message before it */
+		seq = c->pm_park_head->h.seq;
 	ack(c, seq, DOCA_ERROR_TIME_OUT, 0);
 	park_free_all(c);
 	c->pm_dead = 1;
@@ -219,6 +257,7 @@ void sd_pm_deliver(struct doca_rdma *rdma)
 		best->pm_park_ns = sd_now_ns();
 		rdma->nparked--;
 		fill(sd_rdma_pop_recv(rdma), best, &k->h, k->buf, k->len);
+		sd_link_park_credit(k->len);
 		free(k->buf);
 		free(k);
 	}
@@ -269,7 +308,12 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 			return SD_PROV_RX_TAKEN;
 		}
 		if (len > SD_RDMA_MAX_PARK || (!rdma->rq_head && c->peer_budget_ms == 0)) {
-			rnr_verdict(c, seq); /* too large to park, or no budget: as the native link */
+			rnr_verdict(c, seq, NO_RECEIVE); /* too large to park, or no budget: as the native link */
+			return SD_PROV_RX_TAKEN;
+		}
+		if (!park_room(c, len)) {
+			rnr_verdict(c, seq, "no receive posted, and the process's park allowance is spent "
+					    "(SOFTDOCA_PARK_MAX_MB) with this connection holding its share");
 			return SD_PROV_RX_TAKEN;
 		}
 	}
@@ -284,6 +328,7 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 			*brk = 1;
 			return SD_PROV_RX_TAKEN;
 		}
+		sd_link_park_charge(len);
 		sd_conn_ref(c);
 		pl->c = c;
 		pl->seq = seq;
@@ -306,6 +351,7 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 	}
 	k->h = *h;
 	k->len = len;
+	sd_link_park_charge(len);
 	if (len)
 		memcpy(k->buf, (const uint8_t *)rx->data + SD_PM_HDR, len);
 	c->pm_parked++;
@@ -324,6 +370,7 @@ struct doca_rdma_connection *sd_pm_rx_done(void *rx_ctx, doca_error_t status, si
 	struct sd_pm_park *k;
 
 	if (!c) { /* its connection ended (and may be gone): dropped */
+		sd_link_park_credit(pl->len);
 		free(pl->buf);
 		free(pl);
 		return NULL;
@@ -351,6 +398,8 @@ struct doca_rdma_connection *sd_pm_rx_done(void *rx_ctx, doca_error_t status, si
 		sd_conn_set_why(c, "no memory for an incoming message");
 		brk = c;
 	}
+	if (pl->buf) /* not handed on as a park */
+		sd_link_park_credit(pl->len);
 	free(pl->buf);
 	free(pl);
 	if (brk)
@@ -391,7 +440,7 @@ uint64_t sd_pm_timers(uint64_t now)
 				budget = T;
 			due = c->pm_park_ns + budget;
 			if (now >= due)
-				rnr_verdict(c, c->pm_park_head->h.seq);
+				rnr_verdict(c, c->pm_park_head->h.seq, NO_RECEIVE);
 			else if (!next || due < next)
 				next = due;
 		}

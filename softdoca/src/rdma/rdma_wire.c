@@ -286,7 +286,7 @@ static int start_park(struct sd_link *l, const struct sd_hdr *h, int with_payloa
 	l->park = *h;
 	l->park_len = with_payload ? h->payload_len : 0;
 	l->park_defer = 0;
-	if (l->park_len && sd_link_park_bytes() + l->park_len > SD_PARK_PROC) {
+	if (l->park_len && sd_link_park_bytes() + l->park_len > sd_link_park_limit()) {
 		l->park_defer = 1; /* the process's parks are full: the payload waits in the socket */
 		l->park_len = 0;
 	} else if (l->park_len && !sd_link_park_alloc(l, l->park_len)) {
