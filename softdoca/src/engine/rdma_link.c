@@ -280,6 +280,14 @@ static void ctrl_q_done(struct sd_link *l, const struct sd_txitem *it)
 		sd_link_rx_kick(l);
 }
 
+void sd_link_unpark(struct sd_link *l)
+{
+	sd_link_park_free(l);
+	l->park_defer = 0;
+	l->parked = 0;
+	l->rdma->nparked--;
+}
+
 size_t sd_link_park_bytes(void)
 {
 	return park_all;
@@ -406,12 +414,8 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 	close(l->ep.fd);
 	l->ep.fd = -1;
 	l->ops->on_abort_rx(l, status);
-	if (l->parked) {
-		l->parked = 0;
-		l->park_defer = 0;
-		l->rdma->nparked--;
-		sd_link_park_free(l);
-	}
+	if (l->parked)
+		sd_link_unpark(l);
 	for (it = l->txq_head; it; it = nx) {
 		nx = it->next;
 		if (it->task)
@@ -638,12 +642,8 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 	}
 	l->out_tail = NULL;
 	l->out_count = 0;
-	if (l->parked) {
-		l->parked = 0;
-		l->park_defer = 0;
-		l->rdma->nparked--;
-		sd_link_park_free(l);
-	}
+	if (l->parked)
+		sd_link_unpark(l);
 	l->draining = 1;
 	l->close_after_flush = 1;
 	l->deadline_ns = sd_now_ns() + sd_eng_timeout_ns();

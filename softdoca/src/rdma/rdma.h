@@ -753,6 +753,8 @@ void sd_link_set_rx_paused(struct sd_link *link, int paused);
 size_t sd_link_park_bytes(void);
 uint8_t *sd_link_park_alloc(struct sd_link *link, size_t len);
 void sd_link_park_free(struct sd_link *link);
+/* The link's parked message is gone (taken, expired, or the link closes). */
+void sd_link_unpark(struct sd_link *link);
 /* The allowance: SD_PARK_PROC, or SOFTDOCA_PARK_MAX_MB (read once). Messages
  * parked through a provider (rdma_pmsg.c) are charged and credited here too. */
 size_t sd_link_park_limit(void);

@@ -722,10 +722,7 @@ static struct sd_link *oldest_parked(struct doca_rdma *rdma)
 
 static void unpark(struct sd_link *l)
 {
-	sd_link_park_free(l);
-	l->park_defer = 0;
-	l->parked = 0;
-	l->rdma->nparked--;
+	sd_link_unpark(l);
 	sd_link_set_rx_paused(l, 0);
 }
 
