@@ -14,10 +14,10 @@ SLOTS = 16
 class RawClient:
     """An Rdma connection to a responder with posted receives and a send helper."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, inventory: int = 4 * SLOTS) -> None:
         self.dev = pydoca.Device.open(iface="lo")
         self.pe = pydoca.ProgressEngine()
-        self.inv = pydoca.BufferInventory(4 * SLOTS)
+        self.inv = pydoca.BufferInventory(inventory)
         self.rdma = pydoca.Rdma(self.dev, self.pe)
         self.mem = bytearray(2 * SLOTS * P.SLOT_SIZE)
         self.mm = pydoca.MemoryMap(self.dev, self.mem, access=Access.LOCAL_READ_WRITE)
@@ -49,7 +49,13 @@ class RawClient:
         self.mem[start:start + len(data)] = data
         buf = self.inv.buffer(self.mm, offset=start, length=P.SLOT_SIZE, data_len=len(data))
         self._bufs.append(buf)
-        return self.rdma.send(self.conn, buf)
+        task = self.rdma.send(self.conn, buf)
+
+        def sent(_t: Any) -> None:              # its buffer goes back: any number of sends, one at a time
+            buf.close()
+            self._bufs.remove(buf)
+        task.add_done_callback(sent)
+        return task
 
     def expect(self, timeout: float = 10.0) -> P.Frame:
         """The next frame received (TimeoutError if none)."""

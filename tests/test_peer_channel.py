@@ -56,7 +56,7 @@ def test_sends_queue_complete_in_order_and_give_slots_back(local: Local, peer: P
         frames = [f"frame-{i:03d}-".encode() * (1 + i % 5) for i in range(n)]
         for i, f in enumerate(frames):
             ch.send(conn, f, None if i % 3 else (lambda ok, i=i: outcomes.append((i, ok))))
-        assert len(ch._outbox) >= n - 2, "two slots: the rest must wait in the outbox"
+        assert ch.backlog(conn) >= n - 2, "two slots: the rest must wait in the outbox"
         _settle(local, ch)
         assert not ch._outbox and ch._send.posted == 0 and sorted(ch._free) == [0, 1]
         got = peer.call("recv_results", timeout=10)["results"]
@@ -65,6 +65,36 @@ def test_sends_queue_complete_in_order_and_give_slots_back(local: Local, peer: P
         assert ch._send.failed == 0
     finally:
         ch.close()
+
+
+def test_a_peer_that_takes_nothing_delays_no_other_connection(local: Local, peer: PeerProc) -> None:
+    """Send slots are shared: a peer that posts no receive holds its sends until the RNR budget ends
+    (SOFTDOCA_TIMEOUT_MS). It holds at most ``max_inflight`` slots, what waits for it is bounded by
+    ``max_backlog`` (send refuses beyond), and frames for another connection go out meanwhile, in order
+    (before, they queued behind its frames in one FIFO until its sends failed)."""
+    other = PeerProc()
+    try:
+        stuck, _ = connect(local, peer, "oob")       # posts no receive
+        live, _ = connect(local, other, "oob")
+        other.call("post_recv", n=6, size=256)
+        stuck_done: list[bool] = []
+        ch = Channel(local.dev, local.rdma, local.inv, recv_slots=1, send_slots=4,
+                     on_message=lambda c, d: None, on_imm=lambda c, imm, k: None, max_inflight=2, max_backlog=5)
+        try:
+            accepted = [ch.send(stuck, b"to the stuck peer %d" % i, stuck_done.append) for i in range(10)]
+            assert accepted == [True] * 7 + [False] * 3 and ch.backlog(stuck) == 5
+            frames = [b"to the live peer %d" % i for i in range(6)]
+            live_done: list[bool] = []
+            assert all(ch.send(live, f, live_done.append) for f in frames)
+            _until(local, lambda: len(live_done) == len(frames))
+            assert live_done == [True] * len(frames)
+            assert stuck_done == [] and ch.backlog(stuck) == 5, "the stuck peer's sends are still held"
+            got = other.call("recv_results", timeout=10)["results"]
+            assert [base64.b64decode(r["data"])[:r["len"]] for r in got] == frames
+        finally:
+            ch.close()
+    finally:
+        other.close()
 
 
 def test_sends_after_disconnect_fail_and_give_their_slot_back(local: Local, peer: PeerProc) -> None:

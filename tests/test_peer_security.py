@@ -223,3 +223,51 @@ def test_connection_limit_refusal_says_so(tmp_path: Path) -> None:
             if req is not None:
                 req.close()
         srv.kill()
+
+
+def test_a_requester_beyond_its_window_is_disconnected(server: Server) -> None:
+    """A requester keeps at most ``window`` operations unanswered (the hello says 4): the responder disconnects
+    one that sends more, with PROTOCOL_ERROR naming the window, before it can fill an endpoint's queue for
+    everyone (and its copies the responder's memory); a well-behaved requester is served meanwhile."""
+    raw = RawClient(server.port)
+    try:
+        doc = raw.hello("greedy")
+        assert doc["window"] == 4
+        slow = next(e["id"] for e in doc["endpoints"] if e["path"] == "/slow")
+        for seq in range(1, 7):
+            raw.send(P.encode(P.Call(slow, 0, 3, b"0.3"), seq, P.FLAG_WAIT))
+        codes = []
+        end = time.monotonic() + 10
+        while P.Status.PROTOCOL_ERROR not in codes and time.monotonic() < end:
+            frame = raw.expect()
+            codes.append(status_of(frame))
+            if status_of(frame) is P.Status.PROTOCOL_ERROR:
+                assert "window=4" in frame.msg.message, frame.msg.message
+        assert P.Status.PROTOCOL_ERROR in codes, codes
+        raw.wait_closed()
+        with Requester.connect(server.address, timeout=10) as req:
+            assert req.call("/echo", b"still served") == b"still served"
+    finally:
+        raw.close()
+
+
+def test_a_requester_that_takes_no_answers_is_dropped_and_delays_nobody(server: Server) -> None:
+    """A requester that stops posting receives and keeps sending requests the responder must answer (here to
+    an endpoint that does not exist) holds a bounded share of the responder's send slots, what waits for it is
+    bounded, and it is dropped past that; a well-behaved requester's calls are answered meanwhile (before, all
+    answers queued behind its in one FIFO until softdoca's RNR budget broke its connection)."""
+    raw = RawClient(server.port, inventory=1024)
+    try:
+        raw.hello("deaf")
+        raw.closing = True                      # what arrives from now on is not received again
+        with Requester.connect(server.address, timeout=10) as req:
+            for seq in range(1, 240):           # the responder keeps 10 in flight and 177 queued for it
+                raw.send(P.encode(P.Call(999, 0, 1, b"x"), seq))
+            end, i = time.monotonic() + 1.5, 0  # while it is answered: our calls too, not after its RNR budget
+            while time.monotonic() < end:
+                i += 1
+                assert req.call("/echo", b"%d" % i, timeout=2) == b"%d" % i
+            raw.wait_closed()
+            assert req.call("/echo", b"after") == b"after"
+    finally:
+        raw.close()

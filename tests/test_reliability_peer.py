@@ -392,3 +392,30 @@ def test_responder_on_port_0_and_an_unknown_host() -> None:
     bad.add_endpoint("/echo", "call", 64, lambda p: p)
     with pytest.raises(UnknownHost, match="no-such-host.invalid"):
         bad.start()
+
+
+def test_a_long_queue_drains_without_recursion() -> None:
+    """Requests that complete at once (here a handler-less write endpoint) each release their permit from inside
+    the loop that starts the waiting ones: 3,000 queued requests drain in one loop, every one answered, the
+    permit free again (before, each started the next from within itself: past ~120 a RecursionError left the
+    permit held and the endpoint refused everyone for good)."""
+    from pydoca.peer import protocol as P
+    from pydoca.peer.endpoint import Request
+    from pydoca.peer.responder import Responder, _Peer
+    resp = Responder("127.0.0.1:0")
+    try:
+        resp.add_endpoint("/w", "write", 64, concurrency=1, queue=4000)
+        ep = resp.endpoints[0]
+        peer = _Peer(1, conn=None, deadline=0.0)  # type: ignore[arg-type]
+        answered: List[int] = []
+        resp._send = lambda p, msg, seq, flags=0, on_done=None: answered.append(seq)  # type: ignore[method-assign]
+        first = Request(peer, 0, ep, 0, 1, memoryview(b"x"), False)
+        ep.running, peer.open = 1, 3001
+        resp._running.append(first)
+        for i in range(1, 3001):
+            ep.waiting.append(Request(peer, i, ep, 0, 1, memoryview(bytes([i & 0xFF])), False))
+        resp._finish(first, P.Status.OK)
+        assert answered == list(range(3001)) and ep.running == 0 and not ep.waiting and peer.open == 0
+        assert ep.mem[0] == 3000 & 0xFF
+    finally:
+        resp.close()

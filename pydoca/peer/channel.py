@@ -8,11 +8,18 @@ something): each received message is copied out and handed to the owner
 (``on_message``; a write-with-immediate's immediate to ``on_imm``), then its
 slot is posted again; each finished send frees its slot (and calls its
 ``on_done``, if it had one). Sends wait in an outbox while no slot is free.
+
+Many connections share the send slots (a responder's): a send completes only
+once its peer took it, so a peer that stops posting receives keeps its slots
+until softdoca's RNR budget ends. ``max_inflight`` bounds the slots one
+connection holds, the outbox is one queue per connection served in turn, and
+``max_backlog`` bounds each queue (``send`` refuses beyond it): such a peer
+delays nobody else, and what waits for it stays bounded.
 """
 from __future__ import annotations
 
 import collections
-from typing import Callable, Deque, List, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -39,8 +46,10 @@ class Channel:
     """Slot pools for control messages on ``rdma`` (registered on ``dev``)."""
 
     def __init__(self, dev: Device, rdma: Rdma, inventory: BufferInventory, *, recv_slots: int, send_slots: int,
-                 on_message: OnMessage, on_imm: OnImm) -> None:
+                 on_message: OnMessage, on_imm: OnImm, max_inflight: Optional[int] = None,
+                 max_backlog: Optional[int] = None) -> None:
         self.rdma = rdma
+        self.max_inflight, self.max_backlog = max_inflight, max_backlog
         self.on_message = on_message
         self.on_imm = on_imm
         self.closing = False
@@ -58,7 +67,11 @@ class Channel:
         self._send = TaskRing(rdma, self._send_bufs, "send")
         self._on_done: List[Optional[SendDone]] = [None] * send_slots
         self._free: List[int] = list(range(send_slots))
-        self._outbox: Deque[Tuple[Connection, bytes, Optional[SendDone]]] = collections.deque()
+        self._slot_conn: List[Optional[Connection]] = [None] * send_slots
+        self._held: Dict[Connection, int] = {}     # send slots each connection holds
+        # frames waiting for a slot, per connection; the dict's order is the turn (served in turn)
+        self._outbox: Dict[Connection, Deque[Tuple[bytes, Optional[SendDone]]]] = {}
+        self._serving = False
         self._failures = 0
         self._pe = rdma.pe
         self._pe.add_poller(self.drain)
@@ -103,22 +116,37 @@ class Channel:
                 log.debug("re-posting a receive failed", error=str(exc))
 
     # -- sends ------------------------------------------------------------------
-    def send(self, conn: Connection, frame: bytes, on_done: Optional[SendDone] = None) -> None:
-        """Send one frame (queued while no send slot is free); ``on_done(ok)`` once it finished."""
+    def send(self, conn: Connection, frame: bytes, on_done: Optional[SendDone] = None) -> bool:
+        """Send one frame (queued while no send slot is free for it); ``on_done(ok)`` once it finished.
+        False: refused, ``conn`` has ``max_backlog`` frames queued already (its peer does not take them)."""
         if len(frame) > SLOT_SIZE:
             raise ValueError(f"frame of {len(frame)} bytes exceeds {SLOT_SIZE}")
         if not self._free and self._send.pending():
             self.reap()                       # finished sends only: no message is delivered from here
-        if not self._free:
-            self._outbox.append((conn, frame, on_done))
-            return
-        self._submit(self._free.pop(), conn, frame, on_done)
+        box = self._outbox.get(conn)
+        if box is None and self._free and (self.max_inflight is None or
+                                           self._held.get(conn, 0) < self.max_inflight):
+            self._submit(self._free.pop(), conn, frame, on_done)
+            return True
+        if box is None:
+            box = self._outbox[conn] = collections.deque()
+        elif self.max_backlog is not None and len(box) >= self.max_backlog:
+            return False
+        box.append((frame, on_done))
+        return True
+
+    def backlog(self, conn: Connection) -> int:
+        """Frames queued for ``conn``."""
+        box = self._outbox.get(conn)
+        return len(box) if box is not None else 0
 
     def _submit(self, i: int, conn: Connection, frame: bytes, on_done: Optional[SendDone]) -> None:
         start = i * SLOT_SIZE
         n = len(frame)
         self._send_view[start:start + n] = frame
         self._on_done[i] = on_done
+        self._slot_conn[i] = conn
+        self._held[conn] = self._held.get(conn, 0) + 1
         try:
             self._send.post(i, conn, n)
         except Exception as exc:  # noqa: BLE001 - connection gone: report as a failed send
@@ -154,16 +182,45 @@ class Channel:
                 log.error("send completion callback raised", error=repr(exc))
 
     def _release(self, i: int) -> None:
+        conn = self._slot_conn[i]
+        if conn is not None:
+            self._slot_conn[i] = None
+            held = self._held[conn] - 1
+            if held:
+                self._held[conn] = held
+            else:
+                del self._held[conn]
         self._free.append(i)
-        while self._outbox and self._free and not self.closing:
-            conn, frame, cb = self._outbox.popleft()
-            self._submit(self._free.pop(), conn, frame, cb)
+        if self._outbox and not self.closing:
+            self._serve()
+
+    def _serve(self) -> None:
+        """Give free slots to queued frames, one connection after the other (each in its order), skipping
+        connections that hold ``max_inflight`` slots. Not re-entered (a failed submit releases its slot)."""
+        if self._serving:
+            return
+        self._serving = True
+        try:
+            cap, moved = self.max_inflight, True
+            while moved and self._free and self._outbox and not self.closing:
+                moved = False
+                for conn in list(self._outbox):
+                    if not self._free:
+                        break
+                    if cap is not None and self._held.get(conn, 0) >= cap:
+                        continue
+                    box = self._outbox.pop(conn)
+                    frame, cb = box.popleft()
+                    if box:
+                        self._outbox[conn] = box          # to the end of the turn
+                    self._submit(self._free.pop(), conn, frame, cb)
+                    moved = True
+        finally:
+            self._serving = False
 
     def drop_outbox(self, conn: Connection) -> None:
         """Forget queued frames for a connection that is gone."""
-        keep = [item for item in self._outbox if item[0] is not conn]
-        self._outbox.clear()
-        self._outbox.extend(keep)
+        self._outbox.pop(conn, None)
 
     def close(self) -> None:
         self.closing = True

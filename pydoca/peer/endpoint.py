@@ -88,6 +88,7 @@ class Endpoint:
         self.running = 0                # concurrency permits held: handlers running, stuck ones included
         self.stuck = 0                  # handlers past their timeout that still hold a thread
         self.waiting: Deque["Request"] = collections.deque()
+        self.draining = False           # a Responder loop is starting waiting requests (it is not re-entered)
         self.ops = 0
         self.errors = 0
 
@@ -115,6 +116,7 @@ class Request:
     posted: bool = False            # a posted write: answered only if it fails; success returns a credit
     deadline: Optional[float] = None    # while it waits for a permit: answered HANDLER_ERROR past this
     stuck: bool = False             # answered after its timeout, its handler still runs and holds the permit
+    answered: bool = False          # its answer went out: its requester's window place is free
 
 
 __all__ = ["Endpoint", "Handler", "Request", "RequesterInfo"]

@@ -81,6 +81,7 @@ class _Peer:
         self.rmap: Optional[MemoryMap] = None
         self.slots: Dict[int, int] = {}    # endpoint id -> offset of its first slot in the region
         self.posted_open = 0               # posted writes admitted, handler not finished
+        self.open = 0                      # other operations admitted, not yet answered (<= window)
         self.credit_due = 0                # posted writes finished, not yet credited
 
     def slot_view(self, ep: Endpoint, offset: int, length: int, index: int = 0) -> memoryview:
@@ -265,9 +266,14 @@ class Responder:
         self.rdma = Rdma(self.dev, self.pe, max_connections=self.max_connections + 2 * self.max_pending,
                          recv_queue_size=recv_slots,
                          send_queue_size=max(256, send_slots), max_tasks=recv_slots + send_slots + 16)
+        # a requester that stops taking our messages (no receive posted) holds at most what an honest one
+        # can have outstanding, its queue is bounded (a hello, then a few windows' worth), and it is dropped
+        # past that (_send): the others' answers never wait behind its
         self.channel = Channel(self.dev, self.rdma, self.inventory, recv_slots=recv_slots, send_slots=send_slots,
                                on_message=lambda c, d: self._inbox.append(("msg", c, d)),
-                               on_imm=lambda c, imm, n: self._inbox.append(("imm", c, imm)))
+                               on_imm=lambda c, imm, n: self._inbox.append(("imm", c, imm)),
+                               max_inflight=2 * self.window + 2,
+                               max_backlog=P.MAX_HELLO // P.MAX_BODY + 8 * self.window + 16)
         self.rdma.on_connection = lambda c, s: self._inbox.append(("conn", c, s))
         self.channel.post_all()
         if self.port == 0:
@@ -657,8 +663,12 @@ class Responder:
     # -- handshake ---------------------------------------------------------------------
     def _send(self, peer: _Peer, msg: P.Message, seq: int, flags: int = 0,
               on_done: Optional[Callable[[bool], None]] = None) -> None:
-        if not peer.gone:
-            self.channel.send(peer.conn, P.encode(msg, seq, flags), on_done)
+        if not peer.gone and not self.channel.send(peer.conn, P.encode(msg, seq, flags), on_done) and \
+                peer.kill_at is None:
+            why = f"it does not take our messages ({self.channel.backlog(peer.conn)} queued for it)"
+            log.warning("disconnecting requester", peer=str(peer), reason=why)
+            peer.kill_at = time.monotonic()
+            self._inbox.append(("drop", peer.conn, why))
 
     def _status(self, peer: _Peer, seq: int, code: P.Status, message: str = "", flags: int = 0) -> None:
         self._send(peer, P.StatusMsg(code, message), seq, flags)
@@ -787,16 +797,25 @@ class Responder:
         if ep.stuck >= ep.concurrency:
             self._status(peer, seq, P.Status.BUSY, self._stuck_message(ep), flags=pf)
             return
-        req = Request(peer, seq, ep, msg.offset, msg.length, data, in_slot, posted=bool(flags & P.FLAG_POSTED))
+        posted = bool(flags & P.FLAG_POSTED)
+        if (peer.posted_open if posted else peer.open) >= self.window:
+            # the requester keeps at most `window` operations (and as many posted writes) unanswered: one
+            # that sends more could fill an endpoint's queue for everyone, and its copies our memory
+            self._violation(peer, seq, f"more than window={self.window} {'posted writes' if posted else 'operations'}"
+                            " unanswered")
+            return
+        req = Request(peer, seq, ep, msg.offset, msg.length, data, in_slot, posted=posted)
         if ep.running < ep.concurrency and not ep.waiting:
-            peer.posted_open += req.posted
+            peer.posted_open += posted
+            peer.open += not posted
             self._begin(req)
         elif not flags & P.FLAG_WAIT or len(ep.waiting) >= (ep.queue if ep.queue is not None else
                                                              self.max_connections * self.window):
             self._status(peer, seq, P.Status.BUSY, f"{ep.path} is busy" + (" (queue full)" if flags & P.FLAG_WAIT
                                                                            else ""), flags=pf)
         else:
-            peer.posted_open += req.posted
+            peer.posted_open += posted
+            peer.open += not posted
             if ep.timeout is not None and ep.handler is not None and not ep.inline:
                 req.deadline = time.monotonic() + ep.timeout
             ep.waiting.append(req)
@@ -898,13 +917,18 @@ class Responder:
 
     def _reply(self, req: Request, msg: P.Message, flags: int = 0) -> None:
         self._send(req.peer, msg, req.seq, flags)
+        req.answered = True
+        req.peer.open -= 1
         self._release(req)
 
     def _finish(self, req: Request, code: P.Status, message: str = "") -> None:
         if code is not P.Status.OK:
             req.ep.errors += 1
-        if not req.posted:
+        if req.answered:
+            pass
+        elif not req.posted:
             self._status(req.peer, req.seq, code, message)
+            req.peer.open -= 1
         else:                                      # a posted write: a failure is answered, a success credited
             peer = req.peer
             peer.posted_open -= 1
@@ -913,6 +937,7 @@ class Responder:
                 self._credits_due = True
             else:                            # FLAG_POSTED: this status also returns the write's credit
                 self._send(peer, P.StatusMsg(code, message), req.seq, P.FLAG_POSTED)
+        req.answered = True
         self._release(req)
 
     def _release(self, req: Request) -> None:
@@ -928,10 +953,19 @@ class Responder:
         self._start_waiting(req.ep)
 
     def _start_waiting(self, ep: Endpoint) -> None:
-        while ep.running < ep.concurrency and ep.waiting:
-            nxt = ep.waiting.popleft()
-            if not nxt.peer.gone and nxt.peer.kill_at is None:
-                self._begin(nxt)
+        """Start waiting requests while permits are free. A request that completes at once (inline or
+        handler-less) releases its permit from inside _begin: the outer loop goes on, rather than a call per
+        request (a queue of hundreds would exceed the recursion limit and leave a permit held for ever)."""
+        if ep.draining:
+            return
+        ep.draining = True
+        try:
+            while ep.running < ep.concurrency and ep.waiting:
+                nxt = ep.waiting.popleft()
+                if not nxt.peer.gone and nxt.peer.kill_at is None:
+                    self._begin(nxt)
+        finally:
+            ep.draining = False
 
     def __repr__(self) -> str:
         return f"<Responder {self.name} {self.address} endpoints={len(self.endpoints)} peers={len(self._peers)}>"
