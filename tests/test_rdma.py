@@ -264,6 +264,85 @@ def test_messages_parked_through_a_provider_count_in_the_process_allowance(local
         peer.close()
 
 
+def _listen_and_connect(local: Local, peer: PeerProc, n: int) -> Tuple[int, list]:
+    """The peer listens (RDMA CM) on a port; n connections to it from local: (port, connections)."""
+    port = free_port()
+    peer.call("start", size=4096, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="listen", port=port)
+    peer.post("wait_conn", timeout=10, n=n)
+    conns = [local.rdma.connect_to("127.0.0.1", port).wait_established(10) for _ in range(n)]
+    peer.answer("wait_conn")
+    return port, conns
+
+
+def test_a_large_message_keeps_the_receive_it_found() -> None:
+    """Under a provider, a large message is fetched into a buffer of softdoca's own before it is handed to a
+    receive: the receive it found posted is its own meanwhile. A small message of another connection that
+    arrives during the fetch finds none (budget 0: it fails TIME_OUT), and the large one lands intact (before,
+    the small one took the receive, and the large one, with a receive posted for it, failed RNR)."""
+    local = Local(rnr_retry=0)
+    peer = PeerProc()
+    try:
+        _, (a, b) = _listen_and_connect(local, peer, 2)
+        if not _provider_up(a):
+            pytest.skip("messages take the provider only under SOFTDOCA_PROVIDER=ucx|ofi")
+        assert _await_provider(b)
+        big = bytearray(os.urandom(32 << 20))
+        small = bytearray(b"small from b")
+        peer.call("post_recv", n=1, size=len(big))
+        ta = local.rdma.send(a, local.inv.buffer(local.local(big)))
+        # b's goes once a's fetch began (its buffer is charged to park_bytes), or 10 ms on (a's first bytes
+        # are there by then), or once a's is done: in every case after a's message came
+        end = time.monotonic() + 0.01
+        while not ta.done and time.monotonic() < end:
+            if peer.call("counters", names=["park_bytes"])["values"]["park_bytes"] >= len(big):
+                break
+        tb = local.rdma.send(b, local.inv.buffer(local.local(small)))
+        got = peer.call("recv_results", timeout=20)["results"]
+        ta.wait(10)
+        tb.wait(10)
+        assert got[0].get("len") == len(big) and hashlib.sha256(base64.b64decode(got[0]["data"])).digest() == \
+            hashlib.sha256(big).digest(), {k: v for k, v in got[0].items() if k != "data"}
+        assert ta.error is None and isinstance(tb.error, E.TimeOutError), (ta.error, tb.error)
+    finally:
+        peer.close()
+        local.close()
+
+
+def test_parked_messages_take_receives_in_arrival_order_across_paths(local: Local) -> None:
+    """A message parked by the provider path and a later one parked on a native link (a connection whose
+    provider connection is not up yet) get receives in the order they came (before, native parks always went
+    first)."""
+    peer = PeerProc()
+    try:
+        port, (a,) = _listen_and_connect(local, peer, 1)
+        if not _provider_up(a):
+            pytest.skip("messages take the provider only under SOFTDOCA_PROVIDER=ucx|ofi")
+        first, second = bytearray(b"first, through the provider"), bytearray(b"second, on the native link")
+        sent = _provider_messages()[0]
+        ta = local.rdma.send(a, local.inv.buffer(local.local(first)))
+        end = time.monotonic() + 5
+        while _provider_messages()[0] == sent and time.monotonic() < end:
+            local.pe.wait(0.01)
+        time.sleep(0.2)                             # parked there
+        peer.post("wait_conn", timeout=10, n=2)
+        b = local.rdma.connect_to("127.0.0.1", port).wait_established(10)
+        native = conn_transports(b._c)[1] is None   # its provider connection is not up yet: the native link
+        tb = local.rdma.send(b, local.inv.buffer(local.local(second)))
+        peer.answer("wait_conn")
+        if not native or _provider_messages()[0] != sent + 1:
+            pytest.skip("b's provider connection came up first: both took the provider")
+        time.sleep(0.2)
+        got = []
+        for _ in range(2):
+            peer.call("post_recv", n=1, size=256)
+            got += [base64.b64decode(r["data"]) for r in peer.call("recv_results", timeout=10)["results"]]
+        ta.result(10)
+        tb.result(10)
+        assert got == [bytes(first), bytes(second)]
+    finally:
+        peer.close()
+
+
 def _ofi_shm_polled() -> bool:
     """Is ofi over shm polled (no doorbell)? Its doorbell is on where softdoca's lock watch knows libfabric's shm
     regions (libfabric 1.17 to 1.19), unless SOFTDOCA_OFI_DOORBELL says otherwise (docs/providers.md)."""

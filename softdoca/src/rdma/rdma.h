@@ -950,6 +950,10 @@ static inline struct sd_rtask *sd_rdma_pop_recv(struct doca_rdma *rdma)
 /* Receives were posted: hand them the messages parked by the provider path
  * (rdma_pmsg.c; rdma->nparked counts them with the native link's). */
 void sd_pm_deliver(struct doca_rdma *rdma);
+/* When the provider path's oldest parked message of rdma came (0: none), and
+ * hand it to the oldest posted receive (0: nothing parked or posted). */
+uint64_t sd_pm_oldest_ns(struct doca_rdma *rdma);
+int sd_pm_deliver_one(struct doca_rdma *rdma);
 /* The provider's transports of an established connection, NULL if none. */
 const char *sd_prov_conn_transport(const struct doca_rdma_connection *c);
 /* A counter of the provider in use (its ops->counter), -1: none or unknown. */

@@ -6,7 +6,9 @@
  * every receive it fills is acknowledged to the sender. A large message (one
  * the provider must still fetch) is fetched into a buffer of its own first
  * and handed to a receive from there, so nothing the provider writes can land
- * in a receive that failed in the meantime. What is parked or being fetched is
+ * in a receive that failed in the meantime (the receive it found posted is set
+ * aside for it meanwhile: a later message of another connection does not take
+ * it). What is parked or being fetched is
  * charged to the process's park allowance (sd_link_park_limit, shared with the
  * native links): past it, a connection may park only its share, and a message
  * beyond that gets the RNR verdict at once. Engine lock held everywhere.
@@ -31,6 +33,8 @@ struct sd_pm_place { /* a large message being fetched into buf */
 	uint32_t seq;
 	uint8_t *buf;
 	size_t len;
+	struct sd_rtask *t; /* the receive it found posted: off the queue while it is fetched */
+	size_t reserved;    /* len when it had one (pm_reserved) */
 };
 
 struct sd_pm_ack {
@@ -39,6 +43,10 @@ struct sd_pm_ack {
 };
 
 static struct doca_rdma_connection *active; /* connections with parks or acknowledgements due */
+/* Of what is charged to the park allowance, the buffers of messages being
+ * fetched for a receive they found posted: bounded by the application's
+ * receives, so they count in park_bytes but do not make others' parks refused. */
+static size_t pm_reserved;
 
 /* What one connection may park here: SD_PM_WINDOW, the senders' window;
  * SOFTDOCA_PROVIDER_RX_WINDOW lowers it (tests: a sender beyond it is broken off). */
@@ -75,6 +83,15 @@ void sd_pm_decode(const uint8_t in[SD_PM_HDR], struct sd_pm_hdr *h)
 	h->seq = sd_get_le32(in + 4);
 	memcpy(&h->imm, in + 8, 4);
 	h->info = sd_get_le64(in + 16);
+}
+
+/* A receive taken for a message that did not come goes back to the head of its queue. */
+static void unreserve(struct doca_rdma *rdma, struct sd_rtask *t)
+{
+	t->qnext = rdma->rq_head;
+	rdma->rq_head = t;
+	if (!rdma->rq_tail)
+		rdma->rq_tail = t;
 }
 
 static void watch(struct doca_rdma_connection *c)
@@ -200,7 +217,8 @@ static void park(struct doca_rdma_connection *c, struct sd_pm_park *k)
  * the others (until twice the allowance). */
 static int park_room(struct doca_rdma_connection *c, size_t len)
 {
-	size_t lim = sd_link_park_limit(), share, n = 1, held = c->pm_parked_bytes, all = sd_link_park_bytes();
+	size_t lim = sd_link_park_limit(), share, n = 1, held = c->pm_parked_bytes;
+	size_t all = sd_link_park_bytes() - pm_reserved;
 
 	if (all + len <= lim)
 		return 1;
@@ -236,31 +254,51 @@ static void rnr_verdict(struct doca_rdma_connection *c, uint32_t seq, const char
 	c->pm_dead = 1;
 }
 
+/* The connection of rdma whose parked message came first (NULL: none). */
+static struct doca_rdma_connection *oldest(struct doca_rdma *rdma)
+{
+	struct doca_rdma_connection *best = NULL;
+
+	for (struct doca_rdma_connection *c = active; c; c = c->pm_next)
+		if (c->rdma == rdma && c->pm_park_head &&
+		    (!best || c->pm_park_head->arrived_ns < best->pm_park_head->arrived_ns))
+			best = c;
+	return best;
+}
+
+uint64_t sd_pm_oldest_ns(struct doca_rdma *rdma)
+{
+	struct doca_rdma_connection *c = oldest(rdma);
+
+	return c ? c->pm_park_head->arrived_ns : 0;
+}
+
 void sd_pm_deliver(struct doca_rdma *rdma)
 {
-	while (rdma->rq_head) {
-		struct doca_rdma_connection *best = NULL;
-		struct sd_pm_park *k;
+	while (rdma->rq_head && sd_pm_deliver_one(rdma))
+		;
+}
 
-		for (struct doca_rdma_connection *c = active; c; c = c->pm_next)
-			if (c->rdma == rdma && c->pm_park_head &&
-			    (!best || c->pm_park_head->arrived_ns < best->pm_park_head->arrived_ns))
-				best = c;
-		if (!best)
-			return;
-		k = best->pm_park_head;
-		best->pm_park_head = k->next;
-		if (!best->pm_park_head)
-			best->pm_park_tail = NULL;
-		best->pm_parked--;
-		best->pm_parked_bytes -= k->len;
-		best->pm_park_ns = sd_now_ns();
-		rdma->nparked--;
-		fill(sd_rdma_pop_recv(rdma), best, &k->h, k->buf, k->len);
-		sd_link_park_credit(k->len);
-		free(k->buf);
-		free(k);
-	}
+int sd_pm_deliver_one(struct doca_rdma *rdma)
+{
+	struct doca_rdma_connection *best = rdma->rq_head ? oldest(rdma) : NULL;
+	struct sd_pm_park *k;
+
+	if (!best)
+		return 0;
+	k = best->pm_park_head;
+	best->pm_park_head = k->next;
+	if (!best->pm_park_head)
+		best->pm_park_tail = NULL;
+	best->pm_parked--;
+	best->pm_parked_bytes -= k->len;
+	best->pm_park_ns = sd_now_ns();
+	rdma->nparked--;
+	fill(sd_rdma_pop_recv(rdma), best, &k->h, k->buf, k->len);
+	sd_link_park_credit(k->len);
+	free(k->buf);
+	free(k);
+	return 1;
 }
 
 enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_pm_hdr *h,
@@ -270,6 +308,7 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 	size_t len;
 	uint32_t seq;
 	struct sd_pm_park *k;
+	int reserve = 0;
 
 	*ndst = 0;
 	*brk = 0;
@@ -284,6 +323,8 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 	seq = c->pm_rx_seq++;
 	if (c->pm_dead)
 		return SD_PROV_RX_TAKEN;
+	if (rdma->nparked && rdma->rq_head) /* receives posted since: what came before takes them first */
+		sd_wire_deliver_parked(rdma);
 	if (!c->pm_park_head && rdma->rq_head) {
 		if (h) { /* the common case: straight into the receive */
 			fill(sd_rdma_pop_recv(rdma), c, h, (const uint8_t *)rx->data + SD_PM_HDR, len);
@@ -300,6 +341,7 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 			fill(sd_rdma_pop_recv(rdma), c, &hh, NULL, len); /* TOO_BIG, both sides */
 			return SD_PROV_RX_TAKEN;
 		}
+		reserve = 1; /* it is this message's: no later one (of another connection) takes it meanwhile */
 	} else {
 		if (c->pm_parked + (c->pm_placing ? 1 : 0) >= rx_window() ||
 		    (c->pm_parked && c->pm_parked_bytes + len > SD_RDMA_MAX_PARK)) {
@@ -333,6 +375,9 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 		pl->c = c;
 		pl->seq = seq;
 		pl->len = len;
+		pl->t = reserve ? sd_rdma_pop_recv(rdma) : NULL;
+		pl->reserved = reserve ? len : 0;
+		pm_reserved += pl->reserved;
 		dst[0] = (struct sd_prov_iov){.addr = pl->hdr, .len = SD_PM_HDR};
 		dst[1] = (struct sd_prov_iov){.addr = pl->buf, .len = len};
 		*ndst = 2;
@@ -371,6 +416,7 @@ struct doca_rdma_connection *sd_pm_rx_done(void *rx_ctx, doca_error_t status, si
 
 	if (!c) { /* its connection ended (and may be gone): dropped */
 		sd_link_park_credit(pl->len);
+		pm_reserved -= pl->reserved;
 		free(pl->buf);
 		free(pl);
 		return NULL;
@@ -384,6 +430,9 @@ struct doca_rdma_connection *sd_pm_rx_done(void *rx_ctx, doca_error_t status, si
 		sd_conn_set_why(c, status != DOCA_SUCCESS ? "an incoming message failed to arrive"
 							  : "the peer sent a malformed provider message");
 		brk = c;
+	} else if (pl->t) {
+		fill(pl->t, c, &h, pl->buf, pl->len);
+		pl->t = NULL;
 	} else if ((k = calloc(1, sizeof(*k))) != NULL) {
 		k->h = h;
 		k->buf = pl->buf;
@@ -398,8 +447,11 @@ struct doca_rdma_connection *sd_pm_rx_done(void *rx_ctx, doca_error_t status, si
 		sd_conn_set_why(c, "no memory for an incoming message");
 		brk = c;
 	}
+	if (pl->t) /* not filled: posted again, first */
+		unreserve(c->rdma, pl->t);
 	if (pl->buf) /* not handed on as a park */
 		sd_link_park_credit(pl->len);
+	pm_reserved -= pl->reserved;
 	free(pl->buf);
 	free(pl);
 	if (brk)
@@ -470,6 +522,9 @@ void sd_pm_conn_end(struct doca_rdma_connection *c, doca_error_t status)
 	}
 	c->pm_acks = c->pm_acks_tail = NULL;
 	if (c->pm_placing) { /* the provider still reports it (its buffer is freed then) */
+		if (c->pm_placing->t) /* its receive is posted again, first (a stopping context flushes it) */
+			unreserve(c->rdma, c->pm_placing->t);
+		c->pm_placing->t = NULL;
 		c->pm_placing->c = NULL;
 		c->pm_placing = NULL;
 		sd_conn_unref(c);

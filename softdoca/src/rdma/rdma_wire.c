@@ -744,9 +744,14 @@ void sd_wire_deliver_parked(struct doca_rdma *rdma)
 		struct sd_link *l = oldest_parked(rdma);
 		struct sd_rtask *t;
 		doca_error_t st = DOCA_SUCCESS;
+		uint64_t pm = sd_pm_oldest_ns(rdma);
 
 		if (!l)
 			break; /* what is left was parked by the provider path */
+		if (pm && pm < l->park_since_ns) { /* the provider path's came first */
+			sd_pm_deliver_one(rdma);
+			continue;
+		}
 		t = sd_rdma_pop_recv(rdma);
 		if (l->park_defer) {
 			deliver_deferred(l, t);
