@@ -251,23 +251,30 @@ def test_a_requester_beyond_its_window_is_disconnected(server: Server) -> None:
         raw.close()
 
 
-def test_a_requester_that_takes_no_answers_is_dropped_and_delays_nobody(server: Server) -> None:
-    """A requester that stops posting receives and keeps sending requests the responder must answer (here to
-    an endpoint that does not exist) holds a bounded share of the responder's send slots, what waits for it is
-    bounded, and it is dropped past that; a well-behaved requester's calls are answered meanwhile (before, all
-    answers queued behind its in one FIFO until softdoca's RNR budget broke its connection)."""
-    raw = RawClient(server.port, inventory=1024)
+def test_requesters_that_take_no_answers_delay_nobody(server: Server) -> None:
+    """Requesters that stop posting receives and keep sending requests the responder must answer (here to an
+    endpoint that does not exist) each hold a bounded share of the responder's send slots, and there are slots
+    for every requester's share at once: one is dropped once what waits for it passes its bound, eight of them
+    together hold no slot a well-behaved requester needs, whose calls are answered meanwhile (before, all
+    answers queued behind theirs until softdoca's RNR budget broke their connections)."""
+    deaf = [RawClient(server.port, inventory=1024)] + [RawClient(server.port) for _ in range(8)]
     try:
-        raw.hello("deaf")
-        raw.closing = True                      # what arrives from now on is not received again
+        for i, raw in enumerate(deaf):
+            raw.hello(f"deaf{i}")
+            raw.closing = True                  # what arrives from now on is not received again
         with Requester.connect(server.address, timeout=10) as req:
-            for seq in range(1, 240):           # the responder keeps 10 in flight and 177 queued for it
-                raw.send(P.encode(P.Call(999, 0, 1, b"x"), seq))
-            end, i = time.monotonic() + 1.5, 0  # while it is answered: our calls too, not after its RNR budget
+            for seq in range(1, 240):           # the first: 10 in flight and 177 queued for it, then dropped
+                deaf[0].send(P.encode(P.Call(999, 0, 1, b"x"), seq))
+            for raw in deaf[1:]:                # the others: 10 in flight each, and more queued
+                for seq in range(1, 40):
+                    raw.send(P.encode(P.Call(999, 0, 1, b"x"), seq))
+            end, i = time.monotonic() + 1.5, 0  # while they are answered: our calls too, not after their budget
             while time.monotonic() < end:
                 i += 1
                 assert req.call("/echo", b"%d" % i, timeout=2) == b"%d" % i
-            raw.wait_closed()
+            for raw in deaf:
+                raw.wait_closed()
             assert req.call("/echo", b"after") == b"after"
     finally:
-        raw.close()
+        for raw in deaf:
+            raw.close()

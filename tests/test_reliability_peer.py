@@ -419,3 +419,61 @@ def test_a_long_queue_drains_without_recursion() -> None:
         assert ep.mem[0] == 3000 & 0xFF
     finally:
         resp.close()
+
+
+def test_a_stand_in_starts_waiting_requests_while_the_serving_thread_runs_a_handler() -> None:
+    """The serving thread's loop over waiting requests runs a proven-short handler itself (the baton let go)
+    and that handler runs long: the stand-in serves meanwhile, and a permit freed then starts the next waiting
+    request at once (before, the serving thread's mark kept the stand-in from starting any until the long
+    handler returned)."""
+    from pydoca.peer import protocol as P
+    from pydoca.peer.endpoint import Request, RequesterInfo
+    from pydoca.peer.responder import PROVEN, Responder, _Peer
+    go = threading.Event()
+    started: Dict[bytes, float] = {}
+
+    def handler(payload: bytes) -> bytes:
+        started[bytes(payload)] = time.monotonic()
+        if payload == b"slow":
+            go.wait(5.0)
+        return payload
+
+    resp = Responder("127.0.0.1:0")
+    try:
+        resp.add_endpoint("/x", "call", 64, handler, concurrency=2)
+        ep = resp.endpoints[0]
+        ep.short_runs = PROVEN
+        resp._here_ok, resp._serving = True, threading.current_thread()
+        peer = _Peer(1, conn=None, deadline=0.0)  # type: ignore[arg-type]
+        peer.info = RequesterInfo(1, "r", None, "")
+        resp._send = lambda p, msg, seq, flags=0, on_done=None: None  # type: ignore[method-assign]
+        other = Request(peer, 1, ep, 0, 0, b"", False)      # holds the second permit (a pool job, say)
+        ep.running, peer.open = 1, 3
+        resp._running.append(other)
+        ep.waiting.extend([Request(peer, 2, ep, 0, 4, b"slow", False), Request(peer, 3, ep, 0, 5, b"quick", False)])
+        quick_while_slow: List[bool] = []
+
+        def stand_in() -> None:
+            end = time.monotonic() + 5
+            while b"slow" not in started and time.monotonic() < end:
+                time.sleep(0.01)
+            with resp._baton:                              # serves while the serving thread's handler runs
+                resp._finish(other, P.Status.OK)           # its permit is free
+            end = time.monotonic() + 3
+            while b"quick" not in started and time.monotonic() < end:
+                time.sleep(0.01)
+            quick_while_slow.append(b"quick" in started)
+            go.set()
+
+        t = threading.Thread(target=stand_in)
+        resp._baton.acquire()
+        t.start()
+        try:
+            resp._start_waiting(ep)
+        finally:
+            resp._baton.release()
+            t.join(10)
+        assert quick_while_slow == [True]
+    finally:
+        go.set()
+        resp.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Deque, Optional, Tuple
 
@@ -88,7 +89,8 @@ class Endpoint:
         self.running = 0                # concurrency permits held: handlers running, stuck ones included
         self.stuck = 0                  # handlers past their timeout that still hold a thread
         self.waiting: Deque["Request"] = collections.deque()
-        self.draining = False           # a Responder loop is starting waiting requests (it is not re-entered)
+        #: the thread whose Responder loop starts waiting requests (that thread does not re-enter it)
+        self.draining: Optional[threading.Thread] = None
         self.ops = 0
         self.errors = 0
 

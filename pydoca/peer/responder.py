@@ -259,7 +259,10 @@ class Responder:
         self.pool.max_workers = self.pool.workers + sum(e.concurrency for e in self.endpoints
                                                         if e.handler is not None and not e.inline)
         recv_slots = self.max_connections * (2 * self.window + 2) + 2 * self.max_pending
-        send_slots = 64
+        # each requester may hold 2 x window + 2 send slots (what an honest one can have outstanding, and what
+        # one that takes nothing keeps until the RNR budget ends): enough for all of them at once, so the
+        # answers of one never wait for the slots of others
+        send_slots = self.max_connections * (2 * self.window + 2) + 2 * self.max_pending
         self.inventory = BufferInventory(recv_slots + send_slots + 16)
         self._resources.append(self.inventory)
         # places: the authenticated, the handshakes, and the requests waiting for a handshake place
@@ -272,7 +275,7 @@ class Responder:
         self.channel = Channel(self.dev, self.rdma, self.inventory, recv_slots=recv_slots, send_slots=send_slots,
                                on_message=lambda c, d: self._inbox.append(("msg", c, d)),
                                on_imm=lambda c, imm, n: self._inbox.append(("imm", c, imm)),
-                               max_inflight=2 * self.window + 2,
+                               max_inflight=2 * self.window + 2,   # see send_slots
                                max_backlog=P.MAX_HELLO // P.MAX_BODY + 8 * self.window + 16)
         self.rdma.on_connection = lambda c, s: self._inbox.append(("conn", c, s))
         self.channel.post_all()
@@ -956,16 +959,19 @@ class Responder:
         """Start waiting requests while permits are free. A request that completes at once (inline or
         handler-less) releases its permit from inside _begin: the outer loop goes on, rather than a call per
         request (a queue of hundreds would exceed the recursion limit and leave a permit held for ever)."""
-        if ep.draining:
+        me = threading.current_thread()
+        if ep.draining is me:
             return
-        ep.draining = True
+        # another thread's loop may be paused here (a handler run on the serving thread while the stand-in
+        # serves): this thread drains meanwhile and hands the mark back
+        before, ep.draining = ep.draining, me
         try:
             while ep.running < ep.concurrency and ep.waiting:
                 nxt = ep.waiting.popleft()
                 if not nxt.peer.gone and nxt.peer.kill_at is None:
                     self._begin(nxt)
         finally:
-            ep.draining = False
+            ep.draining = before
 
     def __repr__(self) -> str:
         return f"<Responder {self.name} {self.address} endpoints={len(self.endpoints)} peers={len(self._peers)}>"

@@ -35,6 +35,7 @@ struct sd_pm_place { /* a large message being fetched into buf */
 	size_t len;
 	struct sd_rtask *t; /* the receive it found posted: off the queue while it is fetched */
 	size_t reserved;    /* len when it had one (pm_reserved) */
+	uint64_t arrived_ns;
 };
 
 struct sd_pm_ack {
@@ -193,9 +194,10 @@ static void park_free_all(struct doca_rdma_connection *c)
 	c->pm_parked_bytes = 0;
 }
 
-static void park(struct doca_rdma_connection *c, struct sd_pm_park *k)
+/* Park k, which arrived at arrived_ns (receives go to the oldest first). */
+static void park(struct doca_rdma_connection *c, struct sd_pm_park *k, uint64_t arrived_ns)
 {
-	k->arrived_ns = sd_now_ns();
+	k->arrived_ns = arrived_ns;
 	if (c->pm_park_tail)
 		c->pm_park_tail->next = k;
 	else {
@@ -377,6 +379,7 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 		pl->len = len;
 		pl->t = reserve ? sd_rdma_pop_recv(rdma) : NULL;
 		pl->reserved = reserve ? len : 0;
+		pl->arrived_ns = sd_now_ns();
 		pm_reserved += pl->reserved;
 		dst[0] = (struct sd_prov_iov){.addr = pl->hdr, .len = SD_PM_HDR};
 		dst[1] = (struct sd_prov_iov){.addr = pl->buf, .len = len};
@@ -401,7 +404,7 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 		memcpy(k->buf, (const uint8_t *)rx->data + SD_PM_HDR, len);
 	c->pm_parked++;
 	c->pm_parked_bytes += len;
-	park(c, k);
+	park(c, k, sd_now_ns());
 	if (rdma->rq_head)
 		sd_pm_deliver(rdma);
 	return SD_PROV_RX_TAKEN;
@@ -440,7 +443,7 @@ struct doca_rdma_connection *sd_pm_rx_done(void *rx_ctx, doca_error_t status, si
 		pl->buf = NULL;
 		c->pm_parked++;
 		c->pm_parked_bytes += k->len;
-		park(c, k);
+		park(c, k, pl->arrived_ns); /* when it came, not when its fetch ended */
 		if (c->rdma->rq_head)
 			sd_pm_deliver(c->rdma);
 	} else {
