@@ -187,9 +187,10 @@ static struct doca_mmap *remote_map(struct doca_dev *dev, struct doca_mmap *m, i
 	const void *desc = NULL;
 	size_t len = 0;
 	struct doca_mmap *r = NULL;
-	uint8_t copy[SD_MMAP_DESC_LEN];
+	static uint8_t copy[SD_MMAP_DESC_LEN + (64u << 10)]; /* under a provider its section follows the 82 bytes */
 
 	RC(doca_mmap_export_rdma(m, dev, &desc, &len), DOCA_SUCCESS);
+	CHECK(len >= SD_MMAP_DESC_LEN && len <= sizeof(copy), "the descriptor fits the copy");
 	memcpy(copy, desc, len);
 	if (forge == 1) /* length + 4 KiB: past the real map */
 		sd_put_le64(copy + 32, sd_get_le64(copy + 32) + 4096);
@@ -197,12 +198,12 @@ static struct doca_mmap *remote_map(struct doca_dev *dev, struct doca_mmap *m, i
 		copy[44] ^= 0x5a;
 	if (forge) { /* CRC-32 (IEEE), recomputed so that the descriptor parses */
 		uint32_t c = 0xffffffffu;
-		for (size_t i = 0; i < len - 4; i++) {
+		for (size_t i = 0; i < SD_MMAP_DESC_LEN - 4; i++) { /* over the 82 bytes (a provider's section keeps its own) */
 			c ^= copy[i];
 			for (int k = 0; k < 8; k++)
 				c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
 		}
-		sd_put_le32(copy + len - 4, ~c);
+		sd_put_le32(copy + SD_MMAP_DESC_LEN - 4, ~c);
 	}
 	RC(doca_mmap_create_from_export(NULL, copy, len, dev, &r), DOCA_SUCCESS);
 	return r;
