@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import random
 import socket
 import struct
 import threading
@@ -20,7 +19,7 @@ from typing import Any, Iterator, List, Tuple
 
 import pytest
 
-from rdma_util import ALL_REMOTE, PeerProc
+from rdma_util import ALL_REMOTE, PeerProc, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,7 +70,7 @@ def raw_peers_and_requester(n: int, timeout_ms: int, **requester: Any) -> Iterat
     legit = PeerProc()
     raw: List[socket.socket] = []
     try:
-        port = random.randint(20000, 40000)
+        port = free_port()                       # not a random one: it may be an ephemeral port in use
         started = target.call("start", size=SIZE, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="cm",
                               port=port, fill=0x22)
         target.post("wait_conn", n=n + 1)
