@@ -223,12 +223,7 @@ def test_messages_parked_through_a_provider_count_in_the_process_allowance(local
     mib = 1 << 20
     peer = PeerProc(env={"SOFTDOCA_PARK_MAX_MB": "4"})
     try:
-        port = free_port()
-        peer.call("start", size=4096, access=int(ALL_REMOTE), permissions=int(ALL_REMOTE), mode="listen",
-                  port=port)
-        peer.post("wait_conn", timeout=10, n=6)   # the peer accepts while we connect
-        conns = [local.rdma.connect_to("127.0.0.1", port).wait_established(10) for _ in range(6)]
-        peer.answer("wait_conn")
+        _, conns = _listen_and_connect(local, peer, 6)
         if not _provider_up(conns[0]):
             pytest.skip("messages take the provider only under SOFTDOCA_PROVIDER=ucx|ofi")
         assert all(_await_provider(c) for c in conns)
