@@ -13,7 +13,7 @@ import pytest
 from peer_raw import RawClient, status_of
 from peer_util import Proc, Server, free_port, write_spec
 
-from pydoca.peer import Rejected, Requester, Unavailable
+from pydoca.peer import Busy, Rejected, Requester, Unavailable
 from pydoca.peer import protocol as P
 from pydoca.peer.errors import ProtocolError
 
@@ -222,6 +222,67 @@ def test_connection_limit_refusal_says_so(tmp_path: Path) -> None:
         for req in (first, second):
             if req is not None:
                 req.close()
+        srv.kill()
+
+
+def test_an_idle_requester_gives_its_place_to_a_newcomer(tmp_path: Path) -> None:
+    """Every place taken: a newcomer takes the place of the requester idle longest (past --idle-evict), which is
+    told why (Busy) on its next call; an active requester keeps its place, however long it has been connected."""
+    srv = Server(write_spec(tmp_path), "--max-connections", "2", "--idle-evict", "0.5")
+    first = second = third = None
+    try:
+        first = Requester.connect(srv.address, name="first")           # connected first, but keeps calling
+        second = Requester.connect(srv.address, name="second")         # connected, then silent
+        end = time.monotonic() + 1.2
+        while time.monotonic() < end:
+            assert first.call("/echo", b"busy") == b"busy"
+            time.sleep(0.05)
+        third = Requester.connect(srv.address, name="third", timeout=5)
+        assert third.call("/echo", b"in") == b"in"
+        assert first.call("/echo", b"kept") == b"kept"
+        with pytest.raises(Busy, match=r"idle: all 2 places were taken"):
+            end = time.monotonic() + 5
+            while time.monotonic() < end:                               # its Busy arrives shortly after
+                second.call("/echo", b"evicted?", timeout=2)
+                time.sleep(0.05)
+        # nobody idle now (the two left call at once): the next newcomer is refused, as without eviction
+        with pytest.raises(Unavailable, match="refused the connection"):
+            Requester.connect(srv.address, name="fourth", timeout=5)
+        assert "disconnected after" in srv.stderr and "second" in srv.stderr
+    finally:
+        for req in (first, second, third):
+            if req is not None:
+                req.close()
+        srv.kill()
+
+
+def test_connection_limit_per_address(tmp_path: Path) -> None:
+    """--max-connections-per-source: a second requester from the same address is refused at once, its log says
+    which limit; the first is still served, and its place is free again once it leaves."""
+    srv = Server(write_spec(tmp_path), "--max-connections-per-source", "1", "--idle-evict", "0")
+    first = None
+    try:
+        first = Requester.connect(srv.address, name="one")
+        t0 = time.monotonic()
+        with pytest.raises(Unavailable, match="refused the connection"):
+            Requester.connect(srv.address, name="two", timeout=5)
+        assert time.monotonic() - t0 < 3
+        assert "max_connections_per_source reached" in srv.stderr
+        assert first.call("/echo", b"still served") == b"still served"
+        first.close()
+        end = time.monotonic() + 5
+        while True:
+            try:
+                with Requester.connect(srv.address, name="three", timeout=5) as again:
+                    assert again.call("/echo", b"in") == b"in"
+                break
+            except Unavailable:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.05)
+    finally:
+        if first is not None:
+            first.close()
         srv.kill()
 
 

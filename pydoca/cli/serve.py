@@ -35,6 +35,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-pending-per-source", type=int, default=16, metavar="N",
                    help="handshakes in progress at once from one address; as many more from it wait "
                         "(default 16)")
+    p.add_argument("--max-connections-per-source", type=int, default=None, metavar="N",
+                   help="authenticated requesters from one address (default: no limit below --max-connections)")
+    p.add_argument("--idle-evict", type=float, default=30.0, metavar="S",
+                   help="when every place is taken, a newcomer takes the place of a requester idle this long "
+                        "(default 30; 0: never)")
     p.add_argument("--ident-timeout", type=float, default=2.0, metavar="S",
                    help="seconds a connection may take to identify and authenticate (default 2)")
     p.add_argument("--workers", type=int, default=4, metavar="N", help="handler threads (default 4)")
@@ -76,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         listen = with_free_port(listen)               # HOST:0 -> a free port (DOCA listens on a given port)
     resp = Responder.from_spec(spec, listen, device=args.device, max_connections=args.max_connections,
                                max_pending=args.max_pending, max_pending_per_source=args.max_pending_per_source,
-                               ident_timeout=args.ident_timeout,
+                               max_connections_per_source=args.max_connections_per_source,
+                               idle_evict=args.idle_evict or None, ident_timeout=args.ident_timeout,
                                token=token, allow=args.allow, workers=args.workers, call_timeout=args.call_timeout,
                                progress_mode="polling" if args.polling else "blocking")
 

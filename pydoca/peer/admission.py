@@ -1,6 +1,8 @@
 """Which RDMA CM requests a responder takes, and when.
 
-A request is refused at once when its address is not allowed or every authenticated place is taken. Handshakes
+A request is refused at once when its address is not allowed, every authenticated place is taken, or its address
+holds its share of them (``max_connections_per_source``); a place whose requester has been idle long enough counts
+as free (the responder evicts that requester once the newcomer has authenticated). Handshakes
 (connected, not yet authenticated) have a budget of their own, in all and per source address, so silent
 connections never take an authenticated requester's place. A request over that budget is not refused: it waits,
 undecided, for a handshake to end (like a listen backlog), for at most ``wait_s``. The waiting requests are
@@ -23,19 +25,21 @@ log = get_logger()
 #: timeout (5 s by default in DOCA and softdoca), so that an accepted request still has time to complete
 WAIT_S = 3.0
 
-#: (ready, pending, pending from that address): the responder's requesters, counted for one source address
-Counter = Callable[[Optional[str]], Tuple[int, int, int]]
+#: (places taken, handshakes pending, pending from that address, places taken from that address): the
+#: responder's requesters, counted for one source address
+Counter = Callable[[Optional[str]], Tuple[int, int, int, int]]
 
 
 class Admission:
     """The listen policy of one responder (``policy``), and its queue of waiting requests (``admit``)."""
 
     def __init__(self, rdma: Rdma, *, allow: Optional[Sequence[Network]], max_connections: int, max_pending: int,
-                 max_pending_per_source: int, count: Counter,
+                 max_pending_per_source: int, count: Counter, max_connections_per_source: Optional[int] = None,
                  on_admit: Callable[[Connection, Optional[str]], None], wait_s: float = WAIT_S) -> None:
         self.rdma, self.allow, self.count, self.on_admit = rdma, allow, count, on_admit
         self.max_connections, self.max_pending = max_connections, max_pending
         self.max_pending_per_source, self.wait_s = max_pending_per_source, wait_s
+        self.max_connections_per_source = max_connections_per_source
         self.refused = 0        # requests refused (allow-list, limits, waited too long)
         self.waited = 0         # requests that waited for a handshake place
         self._waiting: Dict[Connection, Tuple[float, Optional[str]]] = collections.OrderedDict()
@@ -57,6 +61,8 @@ class Admission:
             return True
         if verdict == "max_connections reached":
             return self._refuse(verdict, max_connections=self.max_connections)
+        if verdict == "max_connections_per_source reached":
+            return self._refuse(verdict, address=source, max_connections_per_source=self.max_connections_per_source)
         in_all = len(self._waiting)
         from_source = sum(s == source for _, s in self._waiting.values())
         if in_all >= self.max_pending or from_source >= self.max_pending_per_source:
@@ -97,9 +103,12 @@ class Admission:
 
     def _budget(self, source: Optional[str]) -> Optional[str]:
         """None when a request from ``source`` fits now, else what is full."""
-        ready, pending, from_source = self.count(source)
+        ready, pending, from_source, ready_source = self.count(source)
         if ready >= self.max_connections:
             return "max_connections reached"
+        per_source = self.max_connections_per_source
+        if per_source is not None and ready_source >= per_source:
+            return "max_connections_per_source reached"
         if pending >= self.max_pending:
             return "too many handshakes pending"
         if from_source >= self.max_pending_per_source:

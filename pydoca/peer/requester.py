@@ -348,8 +348,20 @@ class Requester:
     # -- waiting ----------------------------------------------------------------
     def _outcome(self, op: Op) -> Any:
         if op.error is not None:
+            if isinstance(op.error, Disconnected) and self._fatal is None and not self._closed:
+                self._settle()
+                if self._fatal is not None:       # why the connection went: the responder's status, or its event
+                    raise self._fatal from op.error
             raise op.error
         return op.value
+
+    def _settle(self) -> None:
+        """Take what already arrived (non-blocking, bounded): an idle requester whose operation failed to
+        start learns why the responder let it go (a status sent before the disconnect) instead of only that
+        the connection is gone."""
+        for _ in range(8):
+            if not self.pe.progress():
+                return
 
     def _wait(self, op: Op, timeout: Optional[float]) -> Any:
         limit = self.timeout if timeout is None else timeout

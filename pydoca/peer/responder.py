@@ -52,6 +52,9 @@ MAINTAIN_S = 0.02          # how often a busy serving loop checks deadlines (han
 # Pool handlers known to be short run on the serving thread itself (no hand-off to a worker and back):
 SHORT_S = 0.0005           # a run of a handler under this is short
 PROVEN = 16                # after this many short runs in a row (on the pool or here), and until a long one
+#: a requester idle this long (nothing asked, nothing outstanding) gives its place to a newcomer when every
+#: place is taken: connections that stay but do nothing never lock others out (Responder(idle_evict=))
+IDLE_EVICT_S = 30.0
 STALL_S = 0.005            # a handler on the serving thread this long: another thread serves until it returns
 
 
@@ -83,6 +86,8 @@ class _Peer:
         self.posted_open = 0               # posted writes admitted, handler not finished
         self.open = 0                      # other operations admitted, not yet answered (<= window)
         self.credit_due = 0                # posted writes finished, not yet credited
+        self.last_active = 0.0             # when it was welcomed or last sent a request (monotonic)
+        self.evicted = False               # disconnected to make room: no longer holds a place
 
     def slot_view(self, ep: Endpoint, offset: int, length: int, index: int = 0) -> memoryview:
         """``length`` bytes at ``offset`` of slot ``index`` of ``ep`` (write endpoints may have several)."""
@@ -100,6 +105,7 @@ class Responder:
     def __init__(self, listen: str, *, name: str = "Service", device: Optional[str] = None,
                  max_connections: int = 32, window: int = 4, ident_timeout: float = 2.0,
                  max_pending: int = 32, max_pending_per_source: int = 16,
+                 max_connections_per_source: Optional[int] = None, idle_evict: Optional[float] = IDLE_EVICT_S,
                  token: Optional[bytes] = None, credentials: Optional[Mapping[str, Credential]] = None,
                  allow: Optional[Iterable[str]] = None, workers: int = 4, call_timeout: Optional[float] = 30.0,
                  progress_mode: str = "blocking") -> None:
@@ -110,6 +116,14 @@ class Responder:
                 raise ValueError(f"{what} must be >= 1, got {value}")
         if not ident_timeout > 0:
             raise ValueError(f"ident_timeout must be > 0 seconds, got {ident_timeout}")
+        if max_connections_per_source is not None and not 1 <= max_connections_per_source <= max_connections:
+            raise ValueError(f"max_connections_per_source must be between 1 and max_connections={max_connections} "
+                             f"(or None: no limit per address), got {max_connections_per_source}")
+        if idle_evict is not None and not idle_evict > 0:
+            raise ValueError(f"idle_evict must be > 0 seconds (or None: never evict), got {idle_evict}")
+        #: authenticated requesters from one address (None: up to max_connections); and how long a requester
+        #: must have been idle before a newcomer may take its place when every place is taken (None: never)
+        self.max_connections_per_source, self.idle_evict = max_connections_per_source, idle_evict
         #: handshakes (connected, not yet authenticated) allowed at once, in all and from one address: they
         #: have a budget of their own, so silent connections never take an authenticated requester's place
         self.max_pending, self.max_pending_per_source = max_pending, max_pending_per_source
@@ -154,6 +168,7 @@ class Responder:
         self._published: List[Tuple[Any, str]] = []
         self._resources: List[Any] = []
         self.refused = 0                    # requesters refused after they connected (authentication, limit)
+        self.evictions = 0                  # idle requesters disconnected to give their place to a newcomer
 
     # -- definition ---------------------------------------------------------
     def add_endpoint(self, path: str, kind: Union[Kind, str], size: int, handler: Optional[Handler] = None, *,
@@ -283,7 +298,7 @@ class Responder:
             self.port = free_port(self.host)
         self.admission = Admission(self.rdma, allow=self.allow, max_connections=self.max_connections,
                                    max_pending=self.max_pending, max_pending_per_source=self.max_pending_per_source,
-                                   count=self._count, on_admit=self._admitted)
+                                   max_connections_per_source=self.max_connections_per_source, count=self._count, on_admit=self._admitted)
         self.rdma.listen(self.port, accept=self.admission.policy)
 
     @property
@@ -544,18 +559,43 @@ class Responder:
             remove_if_ours(path, self.instance)
 
     # -- connections ----------------------------------------------------------------
-    def _count(self, source: Optional[str]) -> Tuple[int, int, int]:
-        """(authenticated, handshakes pending, handshakes pending from ``source``): the admission's budget."""
-        ready = pending = from_source = 0
+    def _count(self, source: Optional[str]) -> Tuple[int, int, int, int]:
+        """(places taken, handshakes pending, handshakes pending from ``source``, places taken from ``source``):
+        the admission's budget. A requester that a newcomer could evict (``_evictable``) leaves its place free."""
+        ready = pending = from_source = ready_source = 0
         for p in self._peers.values():
-            if p.gone:
+            if p.gone or p.evicted:
                 continue
             if p.ready:
                 ready += 1
+                ready_source += p.source == source
             else:
                 pending += 1
                 from_source += p.source == source
-        return ready, pending, from_source
+        if ready >= self.max_connections and self._evictable() is not None:
+            ready -= 1
+        return ready, pending, from_source, ready_source
+
+    def _evictable(self) -> Optional[_Peer]:
+        """The requester idle longest, if it has been idle ``idle_evict`` seconds with nothing outstanding."""
+        if self.idle_evict is None:
+            return None
+        limit = time.monotonic() - self.idle_evict
+        best: Optional[_Peer] = None
+        for p in self._peers.values():
+            if p.ready and not p.gone and not p.evicted and p.kill_at is None and p.last_active <= limit and \
+                    not (p.open or p.posted_open or p.credit_due) and (best is None or p.last_active < best.last_active):
+                best = p
+        return best
+
+    def _evict(self, peer: _Peer) -> None:
+        """Disconnect an idle requester to give its place to a newcomer; it is told why (``Busy`` there)."""
+        peer.evicted = True
+        self.evictions += 1
+        idle = time.monotonic() - peer.last_active
+        self._violation(peer, 0, f"disconnected after {idle:.0f}s idle: all {self.max_connections} places were "
+                                 "taken and another requester needed one (connect again; the responder's "
+                                 "idle_evict sets this)", P.Status.BUSY)
 
     def _admitted(self, conn: Connection, source: Optional[str]) -> None:
         self._next_peer += 1
@@ -666,8 +706,13 @@ class Responder:
     # -- handshake ---------------------------------------------------------------------
     def _send(self, peer: _Peer, msg: P.Message, seq: int, flags: int = 0,
               on_done: Optional[Callable[[bool], None]] = None) -> None:
-        if not peer.gone and not self.channel.send(peer.conn, P.encode(msg, seq, flags), on_done) and \
-                peer.kill_at is None:
+        """Send to a requester; ``on_done(ok)`` once sent, or at once with False when it is not sent (the
+        requester is gone, or it takes none of our messages: then it is dropped)."""
+        if not peer.gone and self.channel.send(peer.conn, P.encode(msg, seq, flags), on_done):
+            return
+        if on_done is not None:
+            on_done(False)
+        if not peer.gone and peer.kill_at is None:
             why = f"it does not take our messages ({self.channel.backlog(peer.conn)} queued for it)"
             log.warning("disconnecting requester", peer=str(peer), reason=why)
             peer.kill_at = time.monotonic()
@@ -686,6 +731,7 @@ class Responder:
         if not peer.ready:
             self._handshake(peer, msg, frame)
         elif isinstance(msg, (P.Write, P.Read, P.Call)):
+            peer.last_active = time.monotonic()
             self._on_request(peer, frame.type, seq, msg, frame.flags)
         else:
             self._violation(peer, seq, f"{frame.type.name} is not a requester message here")
@@ -723,15 +769,27 @@ class Responder:
     def _welcome(self, peer: _Peer, cred: Credential) -> None:
         """Authenticated: build its private region and send the hello."""
         assert peer.ident is not None
-        if sum(p.ready and not p.gone for p in self._peers.values()) >= self.max_connections:
+        taken, _, _, from_source = self._count(peer.source)
+        per_source = self.max_connections_per_source
+        if per_source is not None and from_source >= per_source:
+            self.refused += 1
+            self._violation(peer, 0, f"connection limit per address reached ({per_source} requesters from "
+                                     f"{peer.source}): try again later", P.Status.BUSY)
+            return
+        if taken >= self.max_connections:
             self.refused += 1
             self._violation(peer, 0, f"connection limit reached ({self.max_connections} requesters): try again "
                                      "later", P.Status.BUSY)
             return
+        if sum(p.ready and not p.gone and not p.evicted for p in self._peers.values()) >= self.max_connections:
+            victim = self._evictable()
+            assert victim is not None       # _count left a place only for an evictable requester
+            self._evict(victim)
         addr = peer.conn.peer_address if peer.conn.incoming else None
         peer.info = RequesterInfo(peer.id, peer.ident.name or f"peer{peer.id}",
                                   f"{addr[0]}:{addr[1]}" if addr else None, peer.ident.key_id)
         peer.cred, peer.ready = cred, True
+        peer.last_active = time.monotonic()
         entries, total = [], 0
         for e in self.endpoints:
             allowed = cred.allows(e.path, e.kind.value)
@@ -927,12 +985,10 @@ class Responder:
     def _finish(self, req: Request, code: P.Status, message: str = "") -> None:
         if code is not P.Status.OK:
             req.ep.errors += 1
-        if req.answered:
-            pass
-        elif not req.posted:
+        if not req.answered and not req.posted:
             self._status(req.peer, req.seq, code, message)
             req.peer.open -= 1
-        else:                                      # a posted write: a failure is answered, a success credited
+        elif not req.answered:                     # a posted write: a failure is answered, a success credited
             peer = req.peer
             peer.posted_open -= 1
             if code is P.Status.OK:
