@@ -102,8 +102,11 @@ class TransferEngine:
         self.stats: Dict[Tuple[int, int], int] = {}      # slices sent per (local device, peer path)
 
     def _responder(self, listen: str, device: Optional[str]) -> Responder:
+        # idle_evict=None: peers move their data with one-sided operations this responder never sees, so a
+        # connection with no lookup for a while may be in the middle of a transfer (peers close idle
+        # connections themselves, after idle_timeout)
         resp = Responder(listen, name="pydoca_transfer", device=device, token=self.token, workers=2,
-                         max_connections=64)
+                         max_connections=64, idle_evict=None)
         resp.add_endpoint("/segment", "call", 64 << 10, self._serve_segment, concurrency=4)
         resp.add_endpoint("/segments", "call", 1 << 20, self._serve_list)
         return resp
