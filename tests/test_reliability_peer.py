@@ -477,3 +477,33 @@ def test_a_stand_in_starts_waiting_requests_while_the_serving_thread_runs_a_hand
     finally:
         go.set()
         resp.close()
+
+
+def test_idle_authenticated_requesters_from_another_host_lock_nobody_out(reliability_report: Any) -> None:
+    """Between two network namespaces: host B holds every place (8) with requesters that authenticate and then
+    send nothing, and takes each place it loses again at once, for 6 s; a requester on host A keeps connecting
+    and calling: every one succeeds, each taking the place of a requester idle past idle_evict (before: every
+    connect was refused while the squatters stayed)."""
+    from netns import ns_exec, veth_namespaces
+    idle_evict = 1.0
+    with veth_namespaces("10.200.81") as pair:
+        srv = RelServer({"listen": f"{pair.ip_a}:18621",
+                         "responder": {"max_connections": 8, "idle_evict": idle_evict},
+                         "endpoints": [{"path": "/echo", "kind": "call", "size": 4096, "handler": "echo"}]},
+                        prefix=ns_exec(pair.a))
+        squat = spawn(["tests/peer_squat.py", f"{pair.ip_a}:18621", "8", "8"], ns_exec(pair.b))
+        try:
+            squat.wait_for("held 8", 15)                 # every place taken before the requester comes
+            time.sleep(idle_evict + 0.3)
+            client = spawn(["tests/peer_rel_client.py", f"{pair.ip_a}:18621", "4"], ns_exec(pair.a))
+            got = _silent_result(client)
+            held = _silent_result(squat)
+            assert held["held_max"] == 8, held                  # the squatters really held every place
+            assert got["failed"] == 0 and got["ok"] >= 5, got
+            assert held["evicted"] >= 1, held
+            reliability_report.add("idle requesters (2 hosts)", trials=got["ok"] + got["failed"], passed=got["ok"],
+                                   failed=got["failed"], squat_opened=held["opened"], evicted=held["evicted"],
+                                   connect_ms_max=got["connect_ms_max"])
+        finally:
+            squat.kill()
+            srv.kill()
