@@ -183,11 +183,73 @@ def test_messages_parked_until_receives_are_posted_arrive_in_order(local: Local,
         assert tuple(x - y for x, y in zip(_provider_messages(), before)) == (5, 5)
 
 
+def test_a_parked_message_does_not_hold_the_answers_to_this_sides_requests(local: Local, peer: PeerProc) -> None:
+    """While a message from the peer waits here for a receive (RNR: parked), this side's own requests on the
+    same connection complete at once: the link reads on past the parked message for the answers to them
+    (acknowledgements, read data, atomic results), as an RC QP does, where an RNR holds back only the peer's
+    requests. Before, the link stopped reading until a receive was posted or the sender's RNR budget ended
+    (SOFTDOCA_TIMEOUT_MS, 5 s): these tasks then failed with the connection. The parked message is received
+    intact once a receive is posted; so are two more, the second held (its header read, not acted on) behind
+    the first while it waits."""
+    conn, started = connect(local, peer, "oob")
+    _provider_up(conn)
+    counter = soft_fn("softdoca_debug_counter", ctypes.c_long, ctypes.c_char_p)
+    if not counter:
+        pytest.skip("softdoca only (park_bytes)")
+
+    def await_parked() -> None:
+        end = time.monotonic() + 5
+        while counter(b"park_bytes") <= 0 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert counter(b"park_bytes") > 0, "the peer's message was not parked here"
+
+    first = b"sent while no receive was posted here"
+    peer.call("post_recv", n=1, size=256)           # the peer takes our message
+    peer.post("send_many", texts=[first.decode()])  # it waits here: nothing is posted
+    await_parked()
+    rm = local.remote(started["mmap"])
+    src, back, old = pattern(4096), bytearray(4096), bytearray(8)
+    t0 = time.monotonic()
+    w = local.rdma.write(conn, local.inv.buffer(local.local(src)), local.inv.buffer(rm, length=4096))
+    r = local.rdma.read(conn, local.inv.buffer(rm, length=4096), local.inv.buffer(local.local(back), empty=True))
+    fa = local.rdma.fetch_add(conn, local.inv.buffer(rm, offset=8192, length=8),
+                              local.inv.buffer(local.local(old), empty=True), add=3)
+    s = local.rdma.send(conn, local.inv.buffer(local.local(bytearray(b"ours, while theirs waits"))))
+    for t in (w, r, fa, s):
+        try:
+            t.wait(max(0.0, t0 + 2.5 - time.monotonic()))
+        except TimeoutError:
+            pass
+    took = time.monotonic() - t0
+    assert all(t.done for t in (w, r, fa, s)) and took < 2.5, \
+        f"this side's tasks waited behind the parked message ({took:.1f} s, done {[t.done for t in (w, r, fa, s)]})"
+    assert [t.error for t in (w, r, fa, s)] == [None] * 4, [t.error for t in (w, r, fa, s)]
+    assert r.value == 4096 and back == src and fa.value == 0
+    assert counter(b"park_bytes") > 0               # theirs still waits for a receive
+    got = local.rdma.receive(local.inv.buffer(local.local(bytearray(256)), empty=True)).result(5)
+    assert got.data == first
+    peer.answer("send_many")
+    assert [base64.b64decode(x["data"]) for x in peer.call("recv_results")["results"]] == \
+        [b"ours, while theirs waits"]
+    # two more: the first waits parked; the peer's second goes out once our write reaches it (its link sends
+    # on what comes in), ahead of the write's answer: its header is held here, unread behind the first (the
+    # write's answer with it), and acted on once the first took a receive
+    peer.post("send_many", texts=["second", "third"])
+    await_parked()
+    w = local.rdma.write(conn, local.inv.buffer(local.local(src)), local.inv.buffer(rm, offset=4096, length=4096))
+    time.sleep(0.3)
+    recvs = [local.rdma.receive(local.inv.buffer(local.local(bytearray(64)), empty=True)) for _ in range(2)]
+    assert [t.result(5).data for t in recvs] == [b"second", b"third"]
+    w.result(5)
+    peer.answer("send_many")
+    assert counter(b"park_bytes") == 0
+
+
 def test_a_sender_beyond_the_receive_window_is_broken_off(local: Local) -> None:
     """What a receiver parks for one connection is bounded: under a provider, a peer whose unanswered messages
     exceed the receiver's window (here lowered to 4 with SOFTDOCA_PROVIDER_RX_WINDOW) loses the connection, and
     every one of its messages fails (none was taken: no receive was posted). (The native link parks one message
-    per connection and stops reading.)"""
+    per connection and reads no further request behind it.)"""
     peer = PeerProc(env={"SOFTDOCA_PROVIDER_RX_WINDOW": "4"})
     try:
         conn, _ = connect(local, peer, "oob")

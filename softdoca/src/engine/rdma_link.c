@@ -335,11 +335,12 @@ size_t sd_link_park_limit(void)
 	return lim;
 }
 
-/* Staged bytes of a link that was paused are processed by the engine once
- * it is unpaused (the socket may hold nothing more to wake it). */
+/* Staged bytes (or a deferred header) of a link that was paused are
+ * processed by the engine once it is unpaused (the socket may hold nothing
+ * more to wake it). */
 void sd_link_rx_kick(struct sd_link *l)
 {
-	if (!l->dead && !l->rx_paused && l->rb_pos < l->rb_end) {
+	if (!l->dead && !l->rx_paused && (l->rb_pos < l->rb_end || l->rx_held)) {
 		l->rx_kick = 1;
 		sd_eng_kick();
 	}
@@ -623,6 +624,7 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 	l->ops->on_abort_rx(l, status);
 	l->rx_state = SD_RX_HDR;
 	l->rx_hdr_got = 0;
+	l->rx_held = 0; /* a deferred request is dropped with the rest of the input */
 	for (pp = &l->txq_head; *pp;) {
 		it = *pp;
 		if (it->task) {

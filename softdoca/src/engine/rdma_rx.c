@@ -7,7 +7,10 @@
  *
  * Each decoded header goes to the link's on_header handler, which says where
  * the payload goes (rx_iov, or rx_discard to drain it); once the payload is
- * in, on_payload_done acts on the frame. Engine lock held.
+ * in, on_payload_done acts on the frame. A header the handler defers (an RNR
+ * park holds the peer's next request) is kept, at most one, the link paused,
+ * and handed to it again before anything else once the link resumes. Engine
+ * lock held.
  */
 #include "rdma.h"
 
@@ -63,14 +66,23 @@ static int frame_done(struct sd_link *l, doca_error_t *st)
 
 static int header_done(struct sd_link *l, doca_error_t *st)
 {
+	int rc;
+
 	l->rx_hdr_got = 0;
 	if (sd_hdr_decode(l->rx_hdr_buf, &l->rx) != 0) {
 		SD_WARN("rdma: malformed frame header, closing link");
 		*st = DOCA_ERROR_CONNECTION_RESET;
 		return -1;
 	}
-	if (l->ops->on_header(l, st) != 0)
+	rc = l->ops->on_header(l, st);
+	if (rc < 0)
 		return -1;
+	if (rc > 0) {
+		/* deferred: keep the header, read nothing behind it until the layer above resumes the link */
+		l->rx_held = 1;
+		sd_link_set_rx_paused(l, 1);
+		return 0;
+	}
 	l->rx_left = l->rx.payload_len;
 	if (l->rx_left == 0)
 		return frame_done(l, st);
@@ -87,6 +99,11 @@ static int rx_stop(const struct sd_link *l)
  * drains). Returns -1 when the link must be closed with *st. */
 static int rx_consume(struct sd_link *l, doca_error_t *st, int *frames)
 {
+	if (l->rx_held && !rx_stop(l)) { /* the header deferred while paused comes first */
+		l->rx_held = 0;
+		if (header_done(l, st) != 0)
+			return -1;
+	}
 	while (l->rb_pos < l->rb_end && !rx_stop(l)) {
 		size_t avail = l->rb_end - l->rb_pos;
 		const uint8_t *p = l->rb + l->rb_pos;

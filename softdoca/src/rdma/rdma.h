@@ -348,7 +348,10 @@ struct sd_link_ops {
 	/* The outgoing TCP connect of link completed (err 0) or failed (errno). */
 	void (*on_connected)(struct sd_link *link, int err);
 	/* A frame header was decoded into link->rx: say where its payload goes
-	 * (rx_iov / rx_discard). -1: close the link with *st. */
+	 * (rx_iov / rx_discard). -1: close the link with *st. 1: not now (an RNR
+	 * park holds the peer's next request): the link keeps the header
+	 * (rx_held), pauses (SD_RXP_APP) and hands it here again first once the
+	 * layer above unpauses it. */
 	int (*on_header)(struct sd_link *link, doca_error_t *st);
 	/* The payload of that frame was received (or drained). -1: close. */
 	int (*on_payload_done)(struct sd_link *link, doca_error_t *st);
@@ -385,6 +388,7 @@ struct sd_link {
 	enum sd_rx_state rx_state;
 	uint8_t rx_hdr_buf[SD_HDR_LEN];
 	size_t rx_hdr_got;
+	int rx_held;                       /* rx_hdr_buf holds a whole header on_header deferred (returned 1) */
 	struct sd_hdr rx;
 	enum sd_rx_action rx_action;
 	doca_error_t rx_status;
@@ -407,8 +411,10 @@ struct sd_link {
 	 * into their destination) */
 	uint8_t *rb;
 	size_t rb_pos, rb_end;
-	int rx_kick;                       /* unpaused with bytes staged: the engine processes them */
-	/* parked message (RNR) */
+	int rx_kick;                       /* unpaused with bytes staged (or a header held): the engine processes them */
+	/* parked message (RNR): while it waits the link reads on, past it, the
+	 * answers to this side's requests; the peer's next request is held
+	 * (rx_held) and the link paused until the parked one is taken or expires */
 	int parked;
 	int park_defer;                    /* its payload waits in the socket (sd_link_park_bytes) */
 	struct sd_hdr park;
@@ -723,7 +729,8 @@ int sd_link_flush_rc(struct sd_link *link);
 void sd_link_submit_flush(struct doca_rdma *rdma, struct sd_link *link);
 void sd_link_update_events(struct sd_link *link);
 /* Why a link's input is not read (sd_link.rx_paused bits): the layer above
- * holds it (an RNR park, an OOB hello waiting for doca_rdma_connect:
+ * holds it (the peer's request behind an RNR park, or a parked message's
+ * payload left in the socket; an OOB hello waiting for doca_rdma_connect:
  * sd_link_set_rx_paused), or the peer does not read what it asked of us
  * (control items holding SD_CTRLQ_HIGH bytes queued, until SD_CTRLQ_LOW: a
  * peer that keeps asking without reading cannot grow this process's memory).

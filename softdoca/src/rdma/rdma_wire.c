@@ -12,7 +12,8 @@
  * straight into their final memory; a rejected payload is drained into a
  * scratch buffer. The only extra copy is a two-sided message that arrives
  * while no receive is posted (RNR): it is parked on the heap for at most the
- * sender's RNR budget.
+ * sender's RNR budget. Meanwhile the link reads on past it for the answers
+ * to this side's requests; the peer's next request waits (see park_holds).
  *
  * A refused remote access (or a misaligned remote atomic) is fatal for the
  * connection, as on an RC QP: the target answers with an error response
@@ -302,7 +303,35 @@ static void enter_park(struct sd_link *l)
 {
 	l->parked = 1;
 	l->rdma->nparked++;
-	sd_link_set_rx_paused(l, 1);
+	/* a payload left in the socket: nothing behind it can be read; else the
+	 * link reads on (park_holds says what waits) */
+	if (l->park_defer)
+		sd_link_set_rx_paused(l, 1);
+}
+
+/* While a message is parked, is a frame of this opcode held back until the
+ * parked one is taken or expires? The peer's requests are (they come after
+ * the parked message: a send, a write, a read, an atomic, a disconnect...),
+ * as an RC QP's RNR stalls the peer's requests; the answers to this side's
+ * requests and to its control frames, and keepalive / RNR-wait frames, are
+ * not: they are read on, so this side's tasks complete while it has no
+ * receive posted. One request header at most is held (the link then stops
+ * reading): answers queued behind it wait with it. */
+static int park_holds(uint8_t op)
+{
+	switch (op) {
+	case SD_OP_RESP:
+	case SD_OP_READ_RESP:
+	case SD_OP_ATOMIC_RESP:
+	case SD_OP_PING:
+	case SD_OP_PONG:
+	case SD_OP_RNR_WAIT:
+	case SD_OP_PROV_REVOKE_ACK:
+	case SD_OP_PROV_CHECK_ACK:
+		return 0;
+	default:
+		return 1;
+	}
 }
 
 /* RNR retries exhausted: the sender's op fails with TIME_OUT and the
@@ -480,6 +509,8 @@ int sd_wire_on_header(struct sd_link *l, doca_error_t *st)
 		SD_WARN("rdma: data frame (opcode %u) on a link that is not established", h->opcode);
 		return -1;
 	}
+	if (l->parked && park_holds(h->opcode))
+		return 1; /* acted on once the parked message is taken or expires (the link keeps the header) */
 	switch (h->opcode) {
 	case SD_OP_PING:
 	case SD_OP_PONG:
