@@ -79,3 +79,10 @@ def slow_fail(view: memoryview, length: int) -> None:
     """Sleeps float(data) seconds, then fails: a posted write whose failure comes late."""
     time.sleep(float(bytes(view)))
     raise RuntimeError("failed late on purpose")
+
+
+def slow_sized(payload: bytes) -> bytes:
+    """``b"SECONDS:N"``: sleeps SECONDS, then returns N bytes (in the slot beyond the inline size)."""
+    secs, _, n = payload.partition(b":")
+    time.sleep(float(secs))
+    return b"r" * int(n or b"16")

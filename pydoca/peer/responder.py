@@ -86,7 +86,7 @@ class _Peer:
         self.posted_open = 0               # posted writes admitted, handler not finished
         self.open = 0                      # other operations admitted, not yet answered (<= window)
         self.credit_due = 0                # posted writes finished, not yet credited
-        self.last_active = 0.0             # when it was welcomed or last sent a request (monotonic)
+        self.last_active = 0.0             # when it was welcomed, last sent a request or was answered (monotonic)
         self.evicted = False               # disconnected to make room: no longer holds a place
 
     def slot_view(self, ep: Endpoint, offset: int, length: int, index: int = 0) -> memoryview:
@@ -1003,6 +1003,8 @@ class Responder:
         """The request is answered: free its concurrency permit (unless its handler is stuck past its
         timeout: then when it returns), start the next waiting one."""
         req.job = None
+        # its requester was busy until now (an answer in its slot is yet to be read): idle from here on
+        req.peer.last_active = time.monotonic()
         if req not in self._running:
             return
         self._running.remove(req)

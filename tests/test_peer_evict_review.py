@@ -1,0 +1,71 @@
+"""Review of idle eviction (8df5ba1): reproducers of its defects."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from peer_raw import RawClient, status_of
+from peer_util import SPEC, Server, write_spec
+
+from pydoca.peer import Requester, Unavailable
+from pydoca.peer import protocol as P
+
+pytestmark = pytest.mark.timeout(120)
+
+EVICT_SPEC = SPEC + """\
+  - {path: /slowbig, type: call, buffer: {size: 64KiB}, handler: "peer_handlers:slow_sized"}
+"""
+
+
+def test_a_requester_answered_after_a_long_call_is_not_idle(tmp_path: Path) -> None:
+    """A requester whose call ran longer than idle_evict was busy all along: the moment its answer comes it
+    must not count as idle (it was idle 0 s, not the call's duration) and lose its place to a newcomer."""
+    srv = Server(write_spec(tmp_path, EVICT_SPEC), "--max-connections", "1", "--idle-evict", "0.5")
+    a = None
+    try:
+        a = Requester.connect(srv.address, name="busy-caller")
+        assert a.call("/slowbig", b"0.8:16") == b"r" * 16        # a 0.8 s call, answered just now
+        with pytest.raises(Unavailable, match="refused the connection"):   # every place taken, nobody idle
+            Requester.connect(srv.address, name="newcomer", timeout=5)
+        assert a.call("/echo", b"still mine") == b"still mine"
+    finally:
+        if a is not None:
+            a.close()
+        srv.kill()
+
+
+def test_a_result_in_the_slot_is_not_revoked_by_an_eviction(tmp_path: Path) -> None:
+    """A call's result larger than the inline size is left in the requester's slot, which the requester
+    then RDMA-reads: evicting it between the RESULT and that read revokes the region and loses the answer of a
+    call whose handler ran (accepted work lost). A raw client that is a little slow to read its slot shows it."""
+    srv = Server(write_spec(tmp_path, EVICT_SPEC), "--max-connections", "1", "--idle-evict", "0.5")
+    a = RawClient(srv.port)
+    b = None
+    try:
+        hello = a.hello("slow-reader")
+        ep = next(e for e in hello["endpoints"] if e["path"] == "/slowbig")
+        size = P.INLINE_MAX + 100
+        arg = f"0.8:{size}".encode()
+        a.send(P.encode(P.Call(ep["id"], 0, len(arg), arg), 7))
+        frame = a.expect(10)
+        assert isinstance(frame.msg, P.Result) and frame.flags & P.FLAG_IN_BUFFER, frame
+        try:                                                          # the newcomer arrives at that moment
+            b = Requester.connect(srv.address, name="newcomer", timeout=5)
+        except Unavailable:
+            pass
+        time.sleep(0.3)
+        a.pe.progress_all()
+        statuses = [(status_of(f), f.msg) for f in map(P.decode, a.got)]
+        try:
+            task, got = a.rdma_op("read", a.region_blob, ep["slot"], length=frame.msg.length)
+        except Exception as exc:  # noqa: BLE001
+            pytest.fail(f"the call's result was revoked before it was read: {exc!r}; the responder said {statuses}")
+        assert task.error is None, task.error
+        assert got == b"r" * size
+    finally:
+        if b is not None:
+            b.close()
+        a.close()
+        srv.kill()
+
