@@ -8,7 +8,7 @@ import pytest
 from peer_raw import RawClient, status_of
 from peer_util import SPEC, Server, write_spec
 
-from pydoca.peer import Requester, Unavailable
+from pydoca.peer import Busy, Disconnected, Requester, Unavailable
 from pydoca.peer import protocol as P
 
 pytestmark = pytest.mark.timeout(120)
@@ -69,3 +69,26 @@ def test_a_result_in_the_slot_is_not_revoked_by_an_eviction(tmp_path: Path) -> N
         a.close()
         srv.kill()
 
+
+def test_an_evicted_requester_says_its_connection_is_gone(tmp_path: Path) -> None:
+    """After the eviction the requester is dead for good (every later operation raises the same error), so the
+    error must be a Disconnected (code that reconnects on Disconnected, as the transfer engine does, must see it),
+    not only a Busy (which says: this endpoint is busy, try the operation again; a retry loop spins for ever)."""
+    srv = Server(write_spec(tmp_path), "--max-connections", "1", "--idle-evict", "0.3")
+    a = b = None
+    try:
+        a = Requester.connect(srv.address, name="idle")
+        time.sleep(0.6)
+        b = Requester.connect(srv.address, name="newcomer", timeout=5)
+        errors = []
+        for _ in range(3):                                           # a "retry on Busy" loop
+            time.sleep(0.2)
+            with pytest.raises(Busy) as info:
+                a.call("/echo", b"again?", timeout=2)
+            errors.append(info.value)
+        assert all(isinstance(e, Disconnected) for e in errors), [type(e).__mro__ for e in errors]
+    finally:
+        for r in (a, b):
+            if r is not None:
+                r.close()
+        srv.kill()

@@ -15,8 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .errors import (Busy, Disconnected, HandlerError, NotFound, PeerError, PeerTimeout, ProtocolError, Rejected,
-                     StaleDescriptor, TooLarge, Unavailable)
+from .errors import (Busy, Disconnected, Dismissed, HandlerError, NotFound, PeerError, PeerTimeout, ProtocolError,
+                     Rejected, StaleDescriptor, TooLarge, Unavailable)
 from .files import ResponderFile, read_responder_file
 from .spec import EndpointSpec, Kind, ServiceSpec, SpecError, load_spec, parse_spec
 
@@ -38,7 +38,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
-__all__ = ["Busy", "Disconnected", "Endpoint", "EndpointInfo", "EndpointSpec", "HandlerError", "Kind", "NotFound",
-           "PeerError", "PeerTimeout", "ProtocolError", "Rejected", "Requester", "RequesterInfo", "Responder",
-           "ResponderFile", "ServiceSpec", "SpecError", "StaleDescriptor", "TooLarge", "Unavailable", "load_spec",
-           "parse_spec", "read_responder_file"]
+__all__ = ["Busy", "Disconnected", "Dismissed", "Endpoint", "EndpointInfo", "EndpointSpec", "HandlerError", "Kind",
+           "NotFound", "PeerError", "PeerTimeout", "ProtocolError", "Rejected", "Requester", "RequesterInfo",
+           "Responder", "ResponderFile", "ServiceSpec", "SpecError", "StaleDescriptor", "TooLarge", "Unavailable",
+           "load_spec", "parse_spec", "read_responder_file"]

@@ -64,6 +64,12 @@ class Unavailable(Disconnected):
     """No responder answers at the address (connection refused or timed out)."""
 
 
+class Dismissed(Busy, Disconnected):
+    """The responder let this connection go for want of a place (every place taken: an idle requester gives
+    its place to a newcomer, or a newcomer finds none): a ``Busy`` that is also ``Disconnected``, since the
+    connection is gone for good; connect again."""
+
+
 class StaleDescriptor(Unavailable):
     """A descriptor file names a responder that is gone or was replaced."""
 
@@ -81,5 +87,5 @@ def error_for(status: Status, message: str) -> PeerError:
     return _BY_STATUS.get(status, PeerError)(message or status.name.lower().replace("_", " "))
 
 
-__all__ = ["Busy", "Disconnected", "HandlerError", "NotFound", "PeerError", "PeerTimeout", "ProtocolError",
-           "Rejected", "StaleDescriptor", "TooLarge", "Unavailable", "error_for"]
+__all__ = ["Busy", "Disconnected", "Dismissed", "HandlerError", "NotFound", "PeerError", "PeerTimeout",
+           "ProtocolError", "Rejected", "StaleDescriptor", "TooLarge", "Unavailable", "error_for"]

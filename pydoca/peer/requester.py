@@ -36,8 +36,8 @@ from ..rdma import Connection, ConnectionState, Rdma
 from . import protocol as P
 from .auth import client_mac, server_proof
 from .channel import Channel
-from .errors import (Disconnected, NotFound, PeerError, PeerTimeout, ProtocolError, Rejected, StaleDescriptor,
-                     TooLarge, Unavailable, error_for)
+from .errors import (Disconnected, Dismissed, NotFound, PeerError, PeerTimeout, ProtocolError, Rejected,
+                     StaleDescriptor, TooLarge, Unavailable, error_for)
 from .files import check_not_stale, read_responder_file
 from .ops import EndpointInfo, Op, Posted, Remote
 from ..address import looks_like_address, resolve
@@ -687,8 +687,8 @@ class Requester:
             self._pump()
             return
         if op is None:
-            if frame.seq == 0 and isinstance(msg, P.StatusMsg):
-                self._break(error_for(msg.code, msg.message))
+            if frame.seq == 0 and isinstance(msg, P.StatusMsg):    # why the responder ends this connection
+                self._break(Dismissed(msg.message) if msg.code is P.Status.BUSY else error_for(msg.code, msg.message))
             return
         self._advance_guarded(op, frame)
 
