@@ -1,4 +1,5 @@
-"""Idle eviction in the peer layer: busy requesters keep their place, answers in a slot survive, an evicted requester is told it is Dismissed, one idle place admits one newcomer."""
+"""Idle eviction in the peer layer: busy requesters keep their place, answers in a slot survive, an evicted
+requester is told it is Dismissed, one idle place admits one newcomer."""
 from __future__ import annotations
 
 import time
