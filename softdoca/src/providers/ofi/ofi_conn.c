@@ -170,6 +170,28 @@ void ofi_msg_ep_teardown(struct sd_prov_conn *c)
 	}
 }
 
+/* MSG: a connection request kept in c->info (the peer's OOB connect that came
+ * before our conn_connect, or an undecided CM request) that will not be
+ * accepted after all. Its handle (fi_info.handle, FI_CLASS_CONNREQ) belongs to
+ * the provider until fi_accept succeeds or fi_reject is called: fi_freeinfo
+ * does not free it, nor does closing an endpoint opened from it (tcp 1.17:
+ * struct tcpx_conn_handle and the accepted socket, which stays open: the peer
+ * hears nothing until its timeout; verbs: struct vrb_connreq). fi_reject frees
+ * it, refuses the peer where the endpoint did not take the socket yet, and
+ * only frees it where it did. The passive endpoint must still be open. */
+void ofi_conn_drop_request(struct sd_prov_conn *c)
+{
+	struct fid_pep *pep;
+
+	if (!c->info)
+		return;
+	pep = c->listener ? c->listener->pep : (!c->is_cm ? c->p->oob_pep : NULL);
+	if (pep && c->info->handle)
+		fi_reject(pep, c->info->handle, NULL, 0);
+	OFI.freeinfo(c->info);
+	c->info = NULL;
+}
+
 static int cm_data_size(struct sd_prov *p, struct fid_pep *pep)
 {
 	size_t sz = 0, len = sizeof(sz);
@@ -221,8 +243,12 @@ static void oob_accept(struct sd_prov_conn *c)
 	fill_cmh(&h, K_OOB_REQ, c->peer_id, c->id, c->p->uid);
 	if (!rc)
 		rc = fi_accept(c->ep, &h, sizeof(h));
-	OFI.freeinfo(c->info);
-	c->info = NULL;
+	if (rc) { /* the handle is still the provider's: rejected (freed) */
+		ofi_conn_drop_request(c);
+	} else { /* fi_accept freed the handle */
+		OFI.freeinfo(c->info);
+		c->info = NULL;
+	}
 	if (rc)
 		ofi_conn_fail(c, ofi_err(rc), SD_PROV_FAIL_REFUSED, "fi_accept: %s", ofi_str(rc));
 	else
@@ -629,11 +655,7 @@ int ofi_conn_step(struct sd_prov_conn *c)
 		c->ev_pending = 0;
 		ofi_msg_ep_teardown(c); /* MSG: nothing completes any more; RDM: nothing to close */
 		ofi_fail_ops(c, DOCA_ERROR_CONNECTION_RESET, 0);
-		if (c->info && c->listener) { /* an undecided CM request */
-			fi_reject(c->listener->pep, c->info->handle, NULL, 0);
-			OFI.freeinfo(c->info);
-			c->info = NULL;
-		}
+		ofi_conn_drop_request(c); /* an undecided CM request, or a kept OOB one: refused */
 		if (!c->user_closed && !c->failed_reported) {
 			c->failed_reported = 1;
 			p->cbs.conn_event(p->cbs.arg, c, c->ctx, &ev);
@@ -669,8 +691,7 @@ int ofi_conn_step(struct sd_prov_conn *c)
 	} else {
 		ofi_msg_ep_teardown(c);
 		ofi_fail_ops(c, DOCA_ERROR_CONNECTION_RESET, 0);
-		if (c->info && c->listener)
-			fi_reject(c->listener->pep, c->info->handle, NULL, 0);
+		ofi_conn_drop_request(c); /* closed before it connected: the peer's kept OOB request refused */
 	}
 	/* the AV entry stays (see ofi_conn_connect) */
 	ofi_conn_free(c);
@@ -805,8 +826,12 @@ doca_error_t ofi_accept(struct sd_prov_conn *c, const void *priv, size_t priv_le
 	rc = ofi_msg_ep_setup(c, c->info);
 	if (!rc)
 		rc = fi_accept(c->ep, buf, CMH + priv_len);
-	OFI.freeinfo(c->info);
-	c->info = NULL;
+	if (rc) { /* the handle is still the provider's: rejected (freed) */
+		ofi_conn_drop_request(c);
+	} else { /* fi_accept freed the handle */
+		OFI.freeinfo(c->info);
+		c->info = NULL;
+	}
 	if (rc) {
 		ofi_msg_ep_teardown(c);
 		c->state = CS_FAILED;

@@ -207,7 +207,9 @@ struct sd_prov_conn {
 	int cq_fd;
 	fi_addr_t dest;
 	struct ofi_txe *txe;        /* RDM: where its ops are posted (NULL before conn_connect) */
-	struct fi_info *info;       /* MSG: a pending connection request's info */
+	struct fi_info *info;       /* MSG: a pending connection request's info; its handle is the
+				     * provider's (tcp: 40 bytes and the accepted socket) until a
+				     * successful fi_accept or an fi_reject: ofi_conn_drop_request */
 	struct sd_prov_listener *listener;
 	uint8_t peer_name[128];
 	size_t peer_name_len;
@@ -388,6 +390,7 @@ void ofi_conn_established(struct sd_prov_conn *c);
 void ofi_rx_hello(struct sd_prov *p, const struct ohdr *h);
 int ofi_msg_ep_setup(struct sd_prov_conn *c, struct fi_info *info);
 void ofi_msg_ep_teardown(struct sd_prov_conn *c);
+void ofi_conn_drop_request(struct sd_prov_conn *c);
 int ofi_conn_deadlines(struct sd_prov *p);
 int ofi_conn_step(struct sd_prov_conn *c);
 int ofi_msg_init(struct sd_prov *p);

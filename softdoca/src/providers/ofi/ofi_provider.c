@@ -289,8 +289,7 @@ void ofi_conn_free(struct sd_prov_conn *c)
 	if (c->txe)
 		ofi_txe_put(p, c->txe);
 	c->txe = NULL;
-	if (c->info)
-		OFI.freeinfo(c->info);
+	ofi_conn_drop_request(c); /* a request never answered: refused, its handle freed */
 	free(c->placing);
 	free(c);
 }
