@@ -196,6 +196,20 @@ def test_discover_published_service(tmp_path: Path) -> None:
         srv.kill()
 
 
+def served_once_freed(address: str, name: str) -> None:
+    """A requester connects and is served once the responder saw a place freed (shortly after a close)."""
+    end = time.monotonic() + 5
+    while True:
+        try:
+            with Requester.connect(address, name=name, timeout=5) as again:
+                assert again.call("/echo", b"in") == b"in"
+            return
+        except Unavailable:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.05)
+
+
 def test_connection_limit_refusal_says_so(tmp_path: Path) -> None:
     """Beyond --max-connections a requester is refused at once, told why; a freed place is taken again."""
     srv = Server(write_spec(tmp_path), "--max-connections", "2")
@@ -208,16 +222,7 @@ def test_connection_limit_refusal_says_so(tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 3
         assert first.call("/echo", b"still served") == b"still served"
         first.close()
-        end = time.monotonic() + 5
-        while True:                                # the responder sees the place freed shortly after
-            try:
-                with Requester.connect(srv.address, name="four", timeout=5) as again:
-                    assert again.call("/echo", b"in") == b"in"
-                break
-            except Unavailable:
-                if time.monotonic() > end:
-                    raise
-                time.sleep(0.05)
+        served_once_freed(srv.address, "four")
     finally:
         for req in (first, second):
             if req is not None:
@@ -270,16 +275,7 @@ def test_connection_limit_per_address(tmp_path: Path) -> None:
         assert "max_connections_per_source reached" in srv.stderr
         assert first.call("/echo", b"still served") == b"still served"
         first.close()
-        end = time.monotonic() + 5
-        while True:
-            try:
-                with Requester.connect(srv.address, name="three", timeout=5) as again:
-                    assert again.call("/echo", b"in") == b"in"
-                break
-            except Unavailable:
-                if time.monotonic() > end:
-                    raise
-                time.sleep(0.05)
+        served_once_freed(srv.address, "three")
     finally:
         if first is not None:
             first.close()
