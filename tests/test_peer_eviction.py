@@ -132,3 +132,29 @@ def test_one_evictable_place_admits_one_newcomer(tmp_path: Path) -> None:
             if isinstance(r, Requester):
                 r.close()
         srv.kill()
+
+
+def test_an_address_at_its_share_evicts_its_own_idle_requester(tmp_path: Path) -> None:
+    """--max-connections-per-source 1: a newcomer from an address whose share is full takes the place of that
+    address's requester idle past --idle-evict (a half-open connection of its own does not lock it out); while
+    that requester is active, the newcomer is refused."""
+    srv = Server(write_spec(tmp_path), "--max-connections-per-source", "1", "--idle-evict", "0.5")
+    old = new = None
+    try:
+        old = Requester.connect(srv.address, name="old")
+        assert old.call("/echo", b"x") == b"x"
+        with pytest.raises(Unavailable, match="refused the connection"):      # active just now: keeps its place
+            Requester.connect(srv.address, name="early", timeout=5)
+        time.sleep(0.8)
+        new = Requester.connect(srv.address, name="new", timeout=5)
+        assert new.call("/echo", b"in") == b"in"
+        with pytest.raises(Dismissed, match=r"idle: all 1 places for 127\.0\.0\.1 were taken"):
+            end = time.monotonic() + 5
+            while time.monotonic() < end:
+                old.call("/echo", b"evicted?", timeout=2)
+                time.sleep(0.05)
+    finally:
+        for r in (old, new):
+            if r is not None:
+                r.close()
+        srv.kill()

@@ -52,6 +52,7 @@ MAINTAIN_S = 0.02          # how often a busy serving loop checks deadlines (han
 # Pool handlers known to be short run on the serving thread itself (no hand-off to a worker and back):
 SHORT_S = 0.0005           # a run of a handler under this is short
 PROVEN = 16                # after this many short runs in a row (on the pool or here), and until a long one
+_ANY = object()             # _evictable: a requester from any address
 #: a requester idle this long (nothing asked, nothing outstanding) gives its place to a newcomer when every
 #: place is taken: connections that stay but do nothing never lock others out (Responder(idle_evict=))
 IDLE_EVICT_S = 30.0
@@ -561,7 +562,8 @@ class Responder:
     # -- connections ----------------------------------------------------------------
     def _count(self, source: Optional[str]) -> Tuple[int, int, int, int]:
         """(places taken, handshakes pending, handshakes pending from ``source``, places taken from ``source``):
-        the admission's budget. A requester that a newcomer could evict (``_evictable``) leaves its place free."""
+        the admission's budget. The place of a requester a newcomer from ``source`` could evict (``_victim``)
+        counts as free."""
         ready = pending = from_source = ready_source = 0
         for p in self._peers.values():
             if p.gone or p.evicted:
@@ -572,30 +574,43 @@ class Responder:
             else:
                 pending += 1
                 from_source += p.source == source
-        if ready >= self.max_connections and self._evictable() is not None:
+        victim = self._victim(source, ready, ready_source)
+        if victim is not None:
             ready -= 1
+            ready_source -= victim.source == source
         return ready, pending, from_source, ready_source
 
-    def _evictable(self) -> Optional[_Peer]:
-        """The requester idle longest, if it has been idle ``idle_evict`` seconds with nothing outstanding."""
+    def _victim(self, source: Optional[str], ready: int, ready_source: int) -> Optional[_Peer]:
+        """Whom a newcomer from ``source`` would evict, given the places taken in all and from ``source``:
+        with that address's share full, its own requester idle longest; else, with every place taken, anyone's."""
+        per_source = self.max_connections_per_source
+        if per_source is not None and ready_source >= per_source:
+            return self._evictable(source)
+        if ready >= self.max_connections:
+            return self._evictable()
+        return None
+
+    def _evictable(self, source: object = _ANY) -> Optional[_Peer]:
+        """The requester (from ``source``, if given) idle longest, if it has been idle ``idle_evict`` seconds
+        with nothing outstanding."""
         if self.idle_evict is None:
             return None
         limit = time.monotonic() - self.idle_evict
         best: Optional[_Peer] = None
         for p in self._peers.values():
             if p.ready and not p.gone and not p.evicted and p.kill_at is None and p.last_active <= limit and \
-                    not (p.open or p.posted_open or p.credit_due) and (best is None or p.last_active < best.last_active):
+                    not (p.open or p.posted_open or p.credit_due) and (source is _ANY or p.source == source) and \
+                    (best is None or p.last_active < best.last_active):
                 best = p
         return best
 
-    def _evict(self, peer: _Peer) -> None:
-        """Disconnect an idle requester to give its place to a newcomer; it is told why (``Busy`` there)."""
+    def _evict(self, peer: _Peer, places: str) -> None:
+        """Disconnect an idle requester to give its place to a newcomer; it is told why (``Dismissed`` there)."""
         peer.evicted = True
         self.evictions += 1
         idle = time.monotonic() - peer.last_active
-        self._violation(peer, 0, f"disconnected after {idle:.0f}s idle: all {self.max_connections} places were "
-                                 "taken and another requester needed one (connect again; the responder's "
-                                 "idle_evict sets this)", P.Status.BUSY)
+        self._violation(peer, 0, f"disconnected after {idle:.0f}s idle: {places} were taken and another requester "
+                                 "needed one (connect again; the responder's idle_evict sets this)", P.Status.BUSY)
 
     def _admitted(self, conn: Connection, source: Optional[str]) -> None:
         self._next_peer += 1
@@ -769,22 +784,25 @@ class Responder:
     def _welcome(self, peer: _Peer, cred: Credential) -> None:
         """Authenticated: build its private region and send the hello."""
         assert peer.ident is not None
-        taken, _, _, from_source = self._count(peer.source)
+        ready = sum(p.ready and not p.gone and not p.evicted for p in self._peers.values())
+        from_source = sum(p.ready and not p.gone and not p.evicted and p.source == peer.source
+                          for p in self._peers.values())
         per_source = self.max_connections_per_source
-        if per_source is not None and from_source >= per_source:
+        victim = self._victim(peer.source, ready, from_source)
+        if victim is None and per_source is not None and from_source >= per_source:
             self.refused += 1
             self._violation(peer, 0, f"connection limit per address reached ({per_source} requesters from "
                                      f"{peer.source}): try again later", P.Status.BUSY)
             return
-        if taken >= self.max_connections:
+        if victim is None and ready >= self.max_connections:
             self.refused += 1
             self._violation(peer, 0, f"connection limit reached ({self.max_connections} requesters): try again "
                                      "later", P.Status.BUSY)
             return
-        if sum(p.ready and not p.gone and not p.evicted for p in self._peers.values()) >= self.max_connections:
-            victim = self._evictable()
-            assert victim is not None       # _count left a place only for an evictable requester
-            self._evict(victim)
+        if victim is not None:
+            self._evict(victim, f"all {per_source} places for {peer.source}" if victim.source == peer.source and
+                        per_source is not None and from_source >= per_source else
+                        f"all {self.max_connections} places")
         addr = peer.conn.peer_address if peer.conn.incoming else None
         peer.info = RequesterInfo(peer.id, peer.ident.name or f"peer{peer.id}",
                                   f"{addr[0]}:{addr[1]}" if addr else None, peer.ident.key_id)
