@@ -6,6 +6,7 @@
 #include "rdma.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1205,6 +1206,22 @@ static void raw_frame(int fd, uint8_t op, uint32_t plen, const void *payload, st
 	(void)r;
 }
 
+/* What a peer's CM_REQ / HELLO header says in raddr about the provider it
+ * uses (rdma_conn.c, prov_offer; encoded independently of the library, as
+ * t_hdr_encode): 0 for native, else "PROV" in the high half and a hash of the
+ * provider's name in the low half. A process with SOFTDOCA_PROVIDER set
+ * refuses a handshake that offers another provider (native included). */
+static uint64_t t_prov_offer(const char *n)
+{
+	uint32_t id = 0;
+
+	if (!strcmp(n, "native"))
+		return 0;
+	for (; *n; n++)
+		id = id * 31u + (uint8_t)*n;
+	return (0x50524f56ull << 32) | (id ? id : 1);
+}
+
 /* Garbage and hostile frames on listeners and on an established link: the
  * engine closes those links and nothing else. */
 static void test_garbage(void)
@@ -1251,9 +1268,31 @@ static void test_garbage(void)
 	raw_frame(fd, SD_OP_CM_REQ, 200, junk, &h);
 	close(fd);
 
-	/* a real CM handshake by hand, then hostile data frames */
+	/* With a provider (SOFTDOCA_PROVIDER), a raw client that speaks the native
+	 * wire's handshake as it is (raddr 0: "I use native") is refused: both
+	 * sides must use the same provider (rdma_conn.c, prov_check). The link
+	 * closes without a request event or an answer. */
+	if (strcmp(softdoca_provider_name(), "native") != 0) {
+		double end = now_s() + 5;
+		ssize_t r;
+
+		fd = raw_connect(port);
+		memset(&h, 0, sizeof(h));
+		raw_frame(fd, SD_OP_CM_REQ, SD_CMREQ_LEN, junk, &h);
+		while ((r = recv(fd, hdr, sizeof(hdr), MSG_DONTWAIT)) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+		       now_s() < end)
+			progress_both();
+		CHECK(r == 0 && ev[1].req == req0,
+		      "raw client offering native to a process using %s: refused (link closed, recv %zd, requests %d -> %d)",
+		      softdoca_provider_name(), r, req0, ev[1].req);
+		close(fd);
+	}
+
+	/* a real CM handshake by hand, then hostile data frames; the request
+	 * offers the provider this process uses, as a real peer's does */
 	fd = raw_connect(port);
 	memset(&h, 0, sizeof(h));
+	h.raddr = t_prov_offer(softdoca_provider_name());
 	raw_frame(fd, SD_OP_CM_REQ, SD_CMREQ_LEN, junk, &h);
 	{
 		double end = now_s() + 5;

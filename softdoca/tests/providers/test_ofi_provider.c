@@ -1117,6 +1117,70 @@ out:
 			EXPECT_OK(P->close(q[k]), "close");
 }
 
+/* Many connections in a row between the same two instances, more than shm
+ * 1.17's 256 AV entries: each must come up. (It used to insert the peer's
+ * address once per connection, and shm counts every insert against its
+ * SMR_MAX_PEERS, the same address again included: the 257th connection of an
+ * instance's life failed at conn_connect, "fi_av_insert ... not inserted".) */
+static void test_many_conns(void)
+{
+	struct sd_prov_open_params prm = { .cbs = &CBS, .timeout_ms = 3000 };
+	struct sd_prov *q[2] = { NULL, NULL };
+	struct sd_prov_why why = {{0}};
+	int rounds = 300, up = 0, est0 = S.established;
+
+	for (int k = 0; k < 2; k++)
+		if (P->open(&prm, &q[k], &why) != DOCA_SUCCESS) {
+			CHECK(0, "open a second instance: %s", why.msg);
+			goto out;
+		}
+	for (int i = 0; i < rounds; i++) {
+		struct sd_prov_conn *c[2] = { NULL, NULL };
+		void *blob[2] = { NULL, NULL };
+		size_t len[2] = { 0, 0 };
+		int e0 = S.established, ok = 1;
+
+		for (int k = 0; k < 2; k++) {
+			EXPECT_OK(P->conn_create(q[k], NULL, &c[k]), "conn_create");
+			EXPECT_OK(P->conn_export(c[k], &blob[k], &len[k]), "conn_export");
+		}
+		for (int k = 0; k < 2 && ok; k++) {
+			doca_error_t e;
+
+			memset(&why, 0, sizeof(why));
+			e = P->conn_connect(c[k], blob[!k], len[!k], &why);
+			if (e != DOCA_SUCCESS) {
+				CHECK(0, "connection %d of %d: conn_connect: %s %s", i + 1, rounds, sd_prov_strerror(e),
+				      why.msg);
+				ok = 0;
+			}
+		}
+		for (uint64_t end = now_ms() + 3000; ok && S.established < e0 + 2 && now_ms() < end;) {
+			P->progress(q[0]);
+			P->progress(q[1]);
+		}
+		if (S.established >= e0 + 2)
+			up++;
+		P->conn_close(c[0]);
+		P->conn_close(c[1]);
+		free(blob[0]);
+		free(blob[1]);
+		if (!ok || S.established < e0 + 2)
+			break;
+	}
+	for (uint64_t end = now_ms() + 5000; (P->closing(q[0]) || P->closing(q[1])) && now_ms() < end;) {
+		P->progress(q[0]);
+		P->progress(q[1]);
+		usleep(1000);
+	}
+	CHECK(up == rounds, "%d connections in a row between two instances: %d came up (%d established events)",
+	      rounds, up, S.established - est0);
+out:
+	for (int k = 0; k < 2; k++)
+		if (q[k])
+			EXPECT_OK(P->close(q[k]), "close");
+}
+
 /* The peer killed while many writes are in flight. */
 static void victim(int sock)
 {
@@ -1748,6 +1812,8 @@ int main(int argc, char **argv)
 		test_new_peer_after_death(ps[0], ppid);
 		printf("  connections closed before they connected\n");
 		test_kept_request_closed(!!(caps.flags & SD_PROV_CAP_CM));
+		printf("  many connections in a row between two instances\n");
+		test_many_conns();
 	}
 	EXPECT_OK(P->close(S.p), "close");
 	printf("%s: %s\n", argv[0], fails ? "FAILED" : "ok");

@@ -368,13 +368,12 @@ doca_error_t ofi_conn_connect(struct sd_prov_conn *c, const void *blob, size_t l
 	c->deadline_ns = ofi_now_ns() + p->timeout_ns;
 	if (p->ch.ep_type == FI_EP_RDM) {
 		/* the AV entry stays until the instance closes (a peer connected again
-		 * gets the same one): with fi_av_remove of a dead peer, shm 1.17 never
-		 * got a later connection past its first send (it keeps its own side's
-		 * mapping of the removed slot, which the next address inserted reuses) */
-		rc = fi_av_insert(p->av, c->peer_name, 1, &c->dest, 0, NULL);
-		if (rc != 1) {
-			OFI_WHY(why, "ofi (%s): fi_av_insert of the peer's address failed (%s)", p->ch.prov,
-				rc < 0 ? ofi_str(rc) : "not inserted");
+		 * gets the same one, ofi_av_addr) */
+		rc = ofi_av_addr(p, c->peer_name, c->peer_name_len, &c->dest);
+		if (rc) {
+			OFI_WHY(why, "ofi (%s): fi_av_insert of the peer's address failed (%s; %ld peer addresses "
+				"inserted)", p->ch.prov, rc == -FI_EADDRNOTAVAIL ? "not inserted" : ofi_str(rc),
+				p->navents);
 			return DOCA_ERROR_INVALID_VALUE;
 		}
 		ofi_lockwatch_peer(p, uid, c->peer_name, c->peer_name_len); /* shm: its queue lock */
@@ -428,6 +427,65 @@ doca_error_t ofi_conn_connect(struct sd_prov_conn *c, const void *blob, size_t l
 			oob_accept(c);
 	}
 	return DOCA_SUCCESS;
+}
+
+/* RDM: the AV address of a peer's endpoint name, inserted into the AV once per
+ * instance and kept until it closes (ofi_av_forget). Not once per connection:
+ * shm 1.17 counts every fi_av_insert against its SMR_MAX_PEERS (256) entries,
+ * the same address inserted again included (its smr_av->used only goes down
+ * in fi_av_remove), so the 257th connection of a process's life failed with
+ * "AV insert failed. The maximum number of AV entries shm supported has been
+ * reached" although it had only a few peers. And no fi_av_remove of a peer
+ * that is gone: with it, shm 1.17 never got a later connection past its first
+ * send (it keeps its own side's mapping of the removed slot, which the next
+ * address inserted reuses). So an instance reaches at most 256 distinct peer
+ * processes over its life on shm. 0 or a negative fi error
+ * (-FI_EADDRNOTAVAIL: the provider did not insert it). */
+int ofi_av_addr(struct sd_prov *p, const uint8_t *name, size_t len, fi_addr_t *out)
+{
+	struct ofi_avent *e;
+	fi_addr_t a = FI_ADDR_NOTAVAIL;
+	int rc;
+
+	if (len == 0 || len > sizeof(e->name))
+		return -FI_EINVAL;
+	for (struct ofi_avent **pp = &p->avents; (e = *pp); pp = &e->next) {
+		if (e->len == len && !memcmp(e->name, name, len)) {
+			*pp = e->next; /* most recent first: a peer's connections come in runs */
+			e->next = p->avents;
+			p->avents = e;
+			*out = e->addr;
+			return 0;
+		}
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -FI_ENOMEM;
+	rc = fi_av_insert(p->av, name, 1, &a, 0, NULL);
+	if (rc != 1 || a == FI_ADDR_NOTAVAIL) {
+		free(e);
+		return rc < 0 ? rc : -FI_EADDRNOTAVAIL;
+	}
+	memcpy(e->name, name, len);
+	e->len = len;
+	e->addr = a;
+	e->next = p->avents;
+	p->avents = e;
+	p->navents++;
+	*out = a;
+	return 0;
+}
+
+/* The instance closes (its AV with it). */
+void ofi_av_forget(struct sd_prov *p)
+{
+	while (p->avents) {
+		struct ofi_avent *e = p->avents;
+
+		p->avents = e->next;
+		free(e);
+	}
+	p->navents = 0;
 }
 
 /* RDM: the peer's HELLO */

@@ -233,6 +233,15 @@ struct sd_prov_conn {
 	char why[200];
 };
 
+/* RDM: a peer address inserted into the AV, kept until the instance closes
+ * (ofi_av_addr, ofi_conn.c) */
+struct ofi_avent {
+	struct ofi_avent *next;
+	fi_addr_t addr;
+	size_t len;
+	uint8_t name[128];
+};
+
 struct sd_prov_mr {
 	struct fid_mr *mr;
 	void *addr;
@@ -272,6 +281,8 @@ struct sd_prov {
 	size_t oob_name_len;
 	struct fid_ep *ep;          /* RDM: the shared endpoint */
 	struct fid_av *av;
+	struct ofi_avent *avents;   /* RDM: the addresses inserted into av, each once */
+	long navents;
 	struct fid_cq *cq;          /* RDM: the shared CQ */
 	uint8_t name[128];
 	size_t name_len;
@@ -327,6 +338,9 @@ int ofi_reg_tmp(struct sd_prov *p, void *addr, size_t len, uint64_t access, stru
 struct sd_prov_conn *ofi_conn_lookup(struct sd_prov *p, uint32_t id);
 struct sd_prov_conn *ofi_conn_alloc(struct sd_prov *p, void *ctx);
 void ofi_conn_free(struct sd_prov_conn *c);
+/* ofi_conn.c: the AV address of a peer's endpoint name (inserted once per instance) */
+int ofi_av_addr(struct sd_prov *p, const uint8_t *name, size_t len, fi_addr_t *out);
+void ofi_av_forget(struct sd_prov *p);
 int ofi_conn_live(struct sd_prov *p, struct sd_prov_conn *c);
 /* RDM transmit endpoints and the doorbell */
 struct ofi_txe *ofi_txe_get(struct sd_prov *p, uint64_t peer_uid, int bell, int *rc);

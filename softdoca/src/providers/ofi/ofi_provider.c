@@ -875,6 +875,7 @@ static doca_error_t o_close(struct sd_prov *p)
 		fi_close(&p->oob_pep->fid);
 	if (p->av)
 		fi_close(&p->av->fid);
+	ofi_av_forget(p);
 	if (p->cq)
 		fi_close(&p->cq->fid);
 	if (p->eq)
