@@ -2020,6 +2020,17 @@ long sd_prov_counter(const char *name)
 	long v = -1;
 	int took;
 
+	if (!strcmp(name, "deferred")) { /* provider connections waiting to be closed (struct pdefer) */
+		long n = 0;
+
+		if (!P.p)
+			return -1;
+		lock_engine(&took);
+		for (struct pdefer *d = deferred; d; d = d->next)
+			n++;
+		unlock_engine(took);
+		return n;
+	}
 	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
 		if (!strcmp(name, own[i].name))
 			mine = (const uint64_t *)((const char *)&P + own[i].off);

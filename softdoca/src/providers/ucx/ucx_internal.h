@@ -308,6 +308,8 @@ struct sd_prov {
 	struct uop *free_ops;
 	struct uop *orphans;       /* reported ops UCX still holds requests of */
 	long nmr, nrkey;
+	long eps;                  /* UCP endpoints created and not closed yet (counter "live_eps") */
+	unsigned long ep_graceful; /* forced closes UCX refused, done after a flush instead (ux_ep_close) */
 	int kick_any;
 	struct uplace *place_done;
 	char transport[64];
@@ -364,7 +366,7 @@ void ux_probe_close(struct sd_prov *p);
 struct uconn *ux_conn_lookup(struct sd_prov *p, uint64_t id);
 void ux_conn_kick(struct uconn *c);
 ucp_ep_params_t ux_ep_params_for(int same_host, ucp_err_handler_cb_t cb, void *arg);
-void *ux_ep_close(ucp_ep_h ep, int force, ucp_send_nbx_callback_t cb, void *user);
+void *ux_ep_close(struct sd_prov *p, ucp_ep_h ep, int force, ucp_send_nbx_callback_t cb, void *user);
 void ux_conn_fail(struct uconn *c, int force, doca_error_t st, enum sd_prov_fail reason, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 doca_error_t ux_send_ctrl(struct uconn *c, enum am_type t, const void *priv, size_t priv_len);

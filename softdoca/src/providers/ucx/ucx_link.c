@@ -115,7 +115,7 @@ void ux_link_close(struct ulink *l, int force)
 
 void ux_link_close_ep(struct ulink *l)
 {
-	l->close_req = ux_ep_close(l->ep, l->force, link_close_cb, l);
+	l->close_req = ux_ep_close(l->p, l->ep, l->force, link_close_cb, l);
 	l->ep = NULL;
 }
 
@@ -185,6 +185,7 @@ struct ulink *ux_link_open(struct uworker *w, uint64_t uid, int same_host, const
 		free(l);
 		return NULL;
 	}
+	p->eps++;
 	l->next = p->links;
 	p->links = l;
 	return l;

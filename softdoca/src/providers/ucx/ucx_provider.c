@@ -597,7 +597,9 @@ static void u_rkey_release(struct sd_prov *p, struct sd_prov_rkey *rk)
 }
 
 /* "worker_swaps", "probes" (ucx_worker.c); "amw_batches", "amw_writes" (ucx_amw.c: batches sent, writes
- * sent in them). */
+ * sent in them); "live_eps" (UCP endpoints created and not closed yet), "ep_graceful" (forced closes UCX
+ * refused and that were done after a flush: ux_ep_close); "live_conns", "live_links", "live_workers"
+ * (objects of the instance, closed connections included until they are freed). */
 static long u_counter(struct sd_prov *p, const char *name)
 {
 	if (!strcmp(name, "worker_swaps"))
@@ -608,6 +610,24 @@ static long u_counter(struct sd_prov *p, const char *name)
 		return (long)p->amw_batches;
 	if (!strcmp(name, "amw_writes"))
 		return (long)p->amw_writes;
+	if (!strcmp(name, "live_eps"))
+		return p->eps;
+	if (!strcmp(name, "ep_graceful"))
+		return (long)p->ep_graceful;
+	if (!strcmp(name, "live_conns") || !strcmp(name, "live_links") || !strcmp(name, "live_workers")) {
+		long n = 0;
+
+		if (!strcmp(name, "live_conns"))
+			for (struct uconn *c = p->conns; c; c = c->next)
+				n++;
+		else if (!strcmp(name, "live_links"))
+			for (struct ulink *l = p->links; l; l = l->next)
+				n++;
+		else
+			for (struct uworker *w = p->workers; w; w = w->next)
+				n++;
+		return n;
+	}
 	return -1;
 }
 

@@ -117,15 +117,7 @@ static void probe_drop_ep(struct sd_prov *p)
 	struct uprobe *pr = &p->probe;
 
 	if (pr->ep) {
-		ucp_request_param_t rp;
-		ucs_status_ptr_t r;
-
-		memset(&rp, 0, sizeof(rp));
-		rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-		rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-		r = UX.ep_close_nbx(pr->ep, &rp);
-		if (r && !UCS_PTR_IS_ERR(r))
-			UX.request_free(r); /* released once done; nothing waits on it */
+		ux_ep_close(p, pr->ep, 1, NULL, NULL); /* released once done; nothing waits on it */
 		pr->ep = NULL;
 	}
 	pr->to = NULL;
@@ -190,6 +182,8 @@ void ux_probe_start(struct uworker *w)
 		ep.address = a;
 		if (UX.ep_create(pr->h, &ep, &pr->ep) != UCS_OK)
 			pr->ep = NULL;
+		else
+			p->eps++;
 		UX.worker_release_address(w->h, a);
 		if (!pr->ep)
 			return;
