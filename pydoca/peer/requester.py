@@ -46,6 +46,7 @@ from .spec import split_address
 log = get_logger()
 
 STAGE = 64 * 1024          # payloads up to this size go through pre-registered staging memory
+SETTLE_S = 1.0             # how long a failed start waits for the connection's end to learn why (_settle)
 BytesLike = Union[bytes, bytearray, memoryview]
 
 
@@ -356,12 +357,13 @@ class Requester:
         return op.value
 
     def _settle(self) -> None:
-        """Take what already arrived (non-blocking, bounded): an idle requester whose operation failed to
-        start learns why the responder let it go (a status sent before the disconnect) instead of only that
-        the connection is gone."""
-        for _ in range(8):
-            if not self.pe.progress():
-                return
+        """Progress until the connection's end is known, for at most ``SETTLE_S``: an idle requester whose
+        operation failed to start (softdoca knew the link was gone before its events reached us) learns why the
+        responder let it go (a status delivered before the disconnect) instead of only that it is gone."""
+        try:
+            self.pe.run_until(lambda: self._fatal is not None, SETTLE_S, what="the connection's end")
+        except TimeoutError:
+            pass
 
     def _wait(self, op: Op, timeout: Optional[float]) -> Any:
         limit = self.timeout if timeout is None else timeout
