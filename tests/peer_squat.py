@@ -4,7 +4,8 @@ SECONDS in all.
 
     peer_squat.py HOST:PORT N SECONDS
 
-Prints ``held N`` once it holds N, then one JSON line at the end: opened (connected and authenticated), refused (connect refused), held_max (held at once),
+Prints ``held N`` once it holds N, then one JSON line at the end: opened (connected and authenticated),
+refused (connect refused), held_max (held at once),
 evicted (told Busy by the responder and let go).
 """
 from __future__ import annotations

@@ -299,7 +299,8 @@ class Responder:
             self.port = free_port(self.host)
         self.admission = Admission(self.rdma, allow=self.allow, max_connections=self.max_connections,
                                    max_pending=self.max_pending, max_pending_per_source=self.max_pending_per_source,
-                                   max_connections_per_source=self.max_connections_per_source, count=self._count, on_admit=self._admitted)
+                                   max_connections_per_source=self.max_connections_per_source, count=self._count,
+                                   on_admit=self._admitted)
         self.rdma.listen(self.port, accept=self.admission.policy)
 
     @property
@@ -564,21 +565,18 @@ class Responder:
         """(places taken, handshakes pending, handshakes pending from ``source``, places taken from ``source``):
         the admission's budget. The place of a requester a newcomer from ``source`` could evict (``_victim``)
         counts as free."""
-        ready = pending = from_source = ready_source = 0
-        for p in self._peers.values():
-            if p.gone or p.evicted:
-                continue
-            if p.ready:
-                ready += 1
-                ready_source += p.source == source
-            else:
-                pending += 1
-                from_source += p.source == source
+        ready, ready_source = self._taken(source)
+        shaking = [p for p in self._peers.values() if not p.ready and not p.gone and not p.evicted]
         victim = self._victim(source, ready, ready_source)
         if victim is not None:
             ready -= 1
             ready_source -= victim.source == source
-        return ready, pending, from_source, ready_source
+        return ready, len(shaking), sum(p.source == source for p in shaking), ready_source
+
+    def _taken(self, source: Optional[str]) -> Tuple[int, int]:
+        """Places taken (authenticated requesters neither gone nor evicted), in all and from ``source``."""
+        live = [p for p in self._peers.values() if p.ready and not p.gone and not p.evicted]
+        return len(live), sum(p.source == source for p in live)
 
     def _victim(self, source: Optional[str], ready: int, ready_source: int) -> Optional[_Peer]:
         """Whom a newcomer from ``source`` would evict, given the places taken in all and from ``source``:
@@ -784,9 +782,7 @@ class Responder:
     def _welcome(self, peer: _Peer, cred: Credential) -> None:
         """Authenticated: build its private region and send the hello."""
         assert peer.ident is not None
-        ready = sum(p.ready and not p.gone and not p.evicted for p in self._peers.values())
-        from_source = sum(p.ready and not p.gone and not p.evicted and p.source == peer.source
-                          for p in self._peers.values())
+        ready, from_source = self._taken(peer.source)
         per_source = self.max_connections_per_source
         victim = self._victim(peer.source, ready, from_source)
         if victim is None and per_source is not None and from_source >= per_source:
