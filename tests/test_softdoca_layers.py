@@ -43,11 +43,12 @@ INTERFACE = "providers/provider"
 # The layers of engine/ and rdma/, lowest first, as in rdma.h's module map: (name, folder, modules).
 LAYERS: List[Tuple[str, str, Tuple[str, ...]]] = [
     ("engine services", "engine", ("rdma_engine",)),
+    ("same-host transport", "engine", ("rdma_xport",)),
     ("links", "engine", ("rdma_link",)),
     ("rx framing", "engine", ("rdma_rx",)),
     ("engine thread", "engine", ("rdma_loop",)),
     ("connections, data operations, tasks, context", "rdma",
-     ("rdma_wire", "rdma_xport", "rdma_conn", "rdma_cm", "rdma_tasks", "rdma_sync_event", "rdma_ctx",
+     ("rdma_wire", "rdma_conn", "rdma_cm", "rdma_tasks", "rdma_sync_event", "rdma_ctx",
       "rdma_prov", "rdma_pmsg")),
     ("task API", "rdma", ("rdma_task_api",)),
     ("softdoca extensions", "rdma", ("ext",)),
@@ -175,3 +176,35 @@ def test_engine_and_rdma_modules_call_only_their_layer_or_below(calls: Dict[Tupl
     layer = {f"{f}/{m}": i for i, (_, f, mods) in enumerate(LAYERS) for m in mods}
     upward = {(a, b): s for (a, b), s in calls.items() if a in layer and b in layer and layer[b] > layer[a]}
     assert not upward, "calls to a module of a higher layer (rdma.h's module map):\n" + _report(upward)
+
+
+# Modules of the native data plane that know no DOCA object: no DOCA struct, task, buffer or map, no
+# context or connection reached through a link (docs/native-provider-plan.md: the stages that take the
+# DOCA types out of native one module at a time). A module joins this list when its stage lands.
+DOCA_FREE = ["engine/rdma_xport"]
+_DOCA_OBJECT = re.compile(r"\bstruct\s+doca_\w+|\bsd_rtask\b|\bdoca_(?:buf|mmap|rdma|task|ctx|pe)\w*\s*\(|"
+                          r"->\s*(?:rdma|conn|mmap)\b")
+
+
+def _code(path: Path) -> str:
+    """The C source without its comments and string literals (they may name DOCA objects)."""
+    text = re.sub(r"/\*.*?\*/", " ", path.read_text(), flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    return re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)
+
+
+@pytest.mark.parametrize("mod", DOCA_FREE)
+def test_native_data_plane_modules_know_no_doca_object(mod: str, objects: Dict[str, Path]) -> None:
+    src = SRC / f"{mod}.c"
+    hits = [m.group(0) for m in _DOCA_OBJECT.finditer(_code(src))]
+    assert not hits, f"{mod}.c names DOCA objects ({sorted(set(hits))}): adapt them in the DOCA layer (rdma/)"
+    doca_calls = sorted(s for s in _nm(objects[mod], "-u") if s.startswith("doca_") or s.startswith("sd_rtask"))
+    assert not doca_calls, f"{mod}.c calls DOCA functions: {doca_calls}"
+
+
+def test_the_doca_object_check_sees_doca_objects(tmp_path: Path) -> None:
+    """The check above must fail on a module that reaches a DOCA object (else it proves nothing)."""
+    bad = tmp_path / "bad.c"
+    bad.write_text('/* struct doca_mmap in a comment is fine */\nint f(struct sd_link *l)\n'
+                   '{ return l->rdma->permissions; }\nint g(const struct doca_mmap *m);\n')
+    assert [m.group(0) for m in _DOCA_OBJECT.finditer(_code(bad))] == ["->rdma", "struct doca_mmap"]

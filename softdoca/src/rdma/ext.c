@@ -5,6 +5,7 @@
 #include "internal.h"
 #include "rdma.h"
 
+#include <stdio.h>
 #include <string.h>
 
 SD_EXPORT int softdoca_rdma_connection_get_fail_reason(const struct doca_rdma_connection *conn);
@@ -99,4 +100,39 @@ SD_EXPORT long softdoca_debug_counter(const char *name)
 		return v;
 	}
 	return -1;
+}
+
+/* ---------------------------------------------------------------- transports of a connection */
+SD_EXPORT const char *softdoca_transport_name(const struct doca_rdma_connection *conn)
+{
+	const char *name = "tcp";
+
+	if (!conn)
+		return name;
+	sd_eng_lock();
+	if (sd_conn_live(conn) && conn->link && sd_xport_ready(conn->link->xpeer))
+		name = "shm";
+	sd_eng_unlock();
+	return name;
+}
+
+SD_EXPORT const char *softdoca_provider_name(void)
+{
+	return sd_prov_name();
+}
+
+SD_EXPORT const char *softdoca_provider_transport(const struct doca_rdma_connection *conn)
+{
+	static _Thread_local char out[64];
+	const char *t = NULL;
+
+	if (!conn)
+		return NULL;
+	sd_eng_lock();
+	if (sd_conn_live(conn))
+		t = sd_prov_conn_transport(conn);
+	if (t)
+		snprintf(out, sizeof(out), "%s", t);
+	sd_eng_unlock();
+	return t ? out : NULL;
 }

@@ -5,8 +5,8 @@
  * softdoca/src has one folder per layer, lowest first: providers/ (the
  * provider interface, providers/provider.h, one folder per provider; a
  * provider calls nothing outside providers/), common/ (the DOCA Common
- * objects, internal.h), engine/ (layers 1-4 below) and rdma/ (the DOCA RDMA
- * context layer, layers 5-7). Module map of engine/ and rdma/, lowest layer
+ * objects, internal.h), engine/ (layers 1-5 below) and rdma/ (the DOCA RDMA
+ * context layer, layers 6-8). Module map of engine/ and rdma/, lowest layer
  * first. A module calls only modules of its own layer or of the layers below
  * it, a folder only its own or the folders below, and only the provider
  * bridge (rdma_prov.c) calls into providers/, through the provider interface
@@ -19,28 +19,31 @@
  *                    task-completion hand-off), the engine's epoll set and
  *                    its wake-up (sd_eng_kick), the engine timeout, the
  *                    live-object counters
- * 2 links [engine/]
+ * 2 same-host transport [engine/]
+ *   rdma_xport.c     registration table (regions published / revoked),
+ *                    cross-memory attach and shared memfds for one-sided
+ *                    writes/reads, the peer's table offered in handshake
+ *                    frames. It knows no DOCA object: regions, remote keys
+ *                    and its peer state (struct sd_xpeer) only; the DOCA
+ *                    layer adapts maps and tasks (rdma_ctx.c, rdma_tasks.c)
+ * 3 links [engine/]
  *   rdma_link.c      frame header codec; links: tx queue, control-frame
  *                    blobs, gather sendmsg, the submit doorbell (FLUSH /
  *                    deferral), close / drain, freeing closed links. A link
  *                    reports to its owner through the struct sd_link_ops
  *                    given to sd_link_new
- * 3 rx framing [engine/]
+ * 4 rx framing [engine/]
  *   rdma_rx.c        reads: staging buffer, direct payload reads; hands each
  *                    frame to the link's on_header / on_payload_done
- * 4 engine thread [engine/]
+ * 5 engine thread [engine/]
  *   rdma_loop.c      the epoll loop, adaptive spin, link readiness (connect
  *                    completion, rx, tx), keepalive and park timers, inline
  *                    polling, ctx attach / detach. It serves listeners
  *                    through their sd_ep.on_event and the connections of a
  *                    context through rdma->eng_ops (struct sd_rdma_ops)
- * 5 connections, data operations, tasks, context (call one another) [rdma/]
+ * 6 connections, data operations, tasks, context (call one another) [rdma/]
  *   rdma_wire.c      data operations (responder / requester), RNR parking,
  *                    error details of refused operations
- *   rdma_xport.c     same-host transport: registration table (maps
- *                    published / revoked through struct sd_mmap_hooks),
- *                    cross-memory attach for one-sided writes/reads,
- *                    softdoca_transport_name
  *   rdma_conn.c      connection objects, export/connect (OOB) handshake,
  *                    HELLO / CM frames, deadlines, disconnect; the handlers
  *                    of this layer: sd_conn_link_ops (given to every link)
@@ -60,11 +63,12 @@
  *                    (struct sd_eng_hook)
  *   rdma_pmsg.c      messages arriving through the provider: into posted
  *                    receives, parked (RNR), acknowledged (rdma_pmsg.h)
- * 6 task API [rdma/]
+ * 7 task API [rdma/]
  *   rdma_task_api.c  per-type public task API
- * 7 softdoca extensions [rdma/]
+ * 8 softdoca extensions [rdma/]
  *   ext.c            softdoca_* facts DOCA keeps internal (failure reasons,
- *                    private data, error details, live objects)
+ *                    private data, error details, live objects, the
+ *                    transports of a connection)
  *
  * Locking: one process-wide engine lock (sd_eng_lock) protects every runtime
  * field of every started doca_rdma (connections, links, queues, listeners).
@@ -893,23 +897,42 @@ int sd_buf_tail(const struct doca_buf *b, struct iovec *iov, uint32_t max, uint6
 void sd_buf_tail_commit(struct doca_buf *b, uint64_t n);
 
 /* ---------------------------------------------------------------- same-host transport (rdma_xport.c) */
+/* The same-host transport knows no DOCA object: a map reaches it as a region
+ * (published, target side) or a remote key (what the peer's descriptor names,
+ * initiator side); a link holds its peer's table (struct sd_xpeer). Permission
+ * bits are DOCA's access flags, as on the wire. */
 struct sd_xpeer;
-/* Try t on the same-host transport of link (engine lock held): 1 when done
- * (its completion is queued), 0 to go over TCP. */
-int sd_xport_try(struct sd_rtask *t, struct sd_link *link);
-int sd_xport_check(const struct sd_link *link, const struct doca_mmap *m, uint64_t raddr, uint64_t len,
+struct sd_xregion {            /* a started local map */
+	uint64_t id, base, len;
+	uint32_t perms;
+	const uint8_t *key;    /* SD_KEY_LEN bytes */
+};
+struct sd_xrkey {              /* a remote map: the issuing process instance, its id and key */
+	uint64_t instance, id;
+	const uint8_t *key;    /* SD_KEY_LEN bytes */
+};
+/* A one-sided write (write != 0) or read of len bytes between iov and raddr
+ * through peer x's table, on the calling thread: 1 when the bytes moved, 0 to
+ * go over TCP. Ask only while the link is idle (ordering). */
+int sd_xport_op(struct sd_xpeer *x, int write, const struct iovec *iov, int iovn, uint64_t len,
+		const struct sd_xrkey *rk, uint64_t raddr);
+/* Whether peer x's live table grants it: 1 yes, 0 refused, -1 no table. */
+int sd_xport_check(const struct sd_xpeer *x, const struct sd_xrkey *rk, uint64_t raddr, uint64_t len,
 		   uint32_t need);
+int sd_xport_ready(const struct sd_xpeer *x);
 void sd_xport_peer_free(struct sd_xpeer *x);
 /* Handshake frames (HELLO, HELLO_ACK, CM_REQ, CM_ACCEPT) carry this
- * process's table in header fields older peers ignore. */
-void sd_xport_offer(struct sd_link *link, struct sd_hdr *h);
-void sd_xport_on_offer(struct sd_link *link, const struct sd_hdr *h);
-/* The connection of link is established: open the peer's table. */
-void sd_xport_attach(struct sd_link *link);
-/* doca_mmap_start / stop / destroy of a local map (common/mmap.c, through
- * struct sd_mmap_hooks): publish it in this process's table, revoke it. */
-void sd_xport_publish(const struct doca_mmap *m);
-void sd_xport_revoke(const struct doca_mmap *m);
+ * process's table and the context's permissions in header fields older peers
+ * ignore; the receiving side keeps the peer's offer in *xp. */
+void sd_xport_offer(uint32_t ctx_perms, struct sd_hdr *h);
+void sd_xport_on_offer(struct sd_xpeer **xp, const struct sd_hdr *h);
+/* The connection is established (peer_instance: the peer's, 0 unknown): open
+ * the peer's table. x may be NULL (no offer). */
+void sd_xport_attach(struct sd_xpeer *x, uint64_t peer_instance);
+/* A local map started / stopped or destroyed: publish it in this process's
+ * table, revoke it (waits, bounded, for peers' copies in progress). */
+void sd_xport_publish(const struct sd_xregion *r);
+void sd_xport_revoke(uint64_t id);
 
 /* ---------------------------------------------------------------- provider bridge (rdma_prov.c) */
 /* Engine lock held. SOFTDOCA_PROVIDER: the provider in use ("native" when

@@ -173,7 +173,7 @@ void sd_conn_established(struct doca_rdma_connection *conn)
 	conn->deadline_ns = 0;
 	l->deadline_ns = 0;
 	l->last_rx_ns = sd_now_ns();
-	sd_xport_attach(l);
+	sd_xport_attach(l->xpeer, conn->peer_instance);
 	sd_rdma_queue_event(conn->rdma, SD_EV_ESTABLISHED, conn);
 	sd_prov_conn_start(conn); /* SOFTDOCA_PROVIDER: its connection, beside the native link */
 	while (conn->wq_head) {
@@ -313,7 +313,7 @@ int sd_conn_send_ctrl(struct sd_link *l, uint8_t op, const void *payload, size_t
 	struct sd_hdr h = {.opcode = op};
 
 	if (op == SD_OP_HELLO || op == SD_OP_HELLO_ACK || op == SD_OP_CM_REQ || op == SD_OP_CM_ACCEPT) {
-		sd_xport_offer(l, &h);
+		sd_xport_offer(l->rdma->permissions, &h);
 		h.raddr = prov_offer(); /* which provider this side uses (older peers: 0, native) */
 	}
 	return sd_link_send_ctrl(l, &h, payload, len);
@@ -373,7 +373,7 @@ int sd_conn_on_handshake(struct sd_link *l, const struct sd_hdr *h, const uint8_
 	    h->opcode == SD_OP_CM_ACCEPT) {
 		if (prov_check(h) != 0)
 			return -1;
-		sd_xport_on_offer(l, h);
+		sd_xport_on_offer(&l->xpeer, h);
 	}
 	switch (h->opcode) {
 	case SD_OP_HELLO:

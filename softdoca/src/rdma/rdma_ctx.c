@@ -28,9 +28,24 @@
 /* Common (common/mmap.c) is below this layer: a map reaches the same-host
  * transport and, through the provider bridge, the provider only through the
  * handlers installed here when the library loads, before any map can start. */
+static void xport_publish(const struct doca_mmap *m)
+{
+	struct sd_xregion r = {
+		.id = m->id, .base = (uint64_t)(uintptr_t)m->addr, .len = m->len, .perms = m->permissions, .key = m->key};
+
+	if (!m->remote)
+		sd_xport_publish(&r);
+}
+
+static void xport_revoke(const struct doca_mmap *m)
+{
+	if (!m->remote)
+		sd_xport_revoke(m->id);
+}
+
 static const struct sd_mmap_hooks rdma_mmap_hooks = {
-	.xport_publish = sd_xport_publish,
-	.xport_revoke = sd_xport_revoke,
+	.xport_publish = xport_publish,
+	.xport_revoke = xport_revoke,
 	.prov_publish = sd_prov_mmap_publish,
 	.prov_revoke = sd_prov_mmap_revoke,
 	.prov_import = sd_prov_mmap_import,

@@ -566,6 +566,40 @@ void sd_rtask_start(struct sd_rtask *t, struct sd_link *l)
 	sd_link_queue(l, &t->tx);
 }
 
+/* A one-sided write or read on the same-host transport of link l, when the
+ * link is idle (nothing queued or awaiting a response: ordering with the TCP
+ * path, completions in order): 1 when done (its completion is queued), 0 to
+ * go over TCP. Engine lock held. */
+static int xport_try(struct sd_rtask *t, struct sd_link *l)
+{
+	const struct doca_buf *r;
+	const struct doca_mmap *m;
+	struct sd_xrkey rk;
+	int write;
+
+	if (!l->xpeer || l->txq_head || l->out_head || l->parked || l->dead || l->draining)
+		return 0;
+	if (t->type == SD_T_WRITE)
+		write = 1;
+	else if (t->type == SD_T_READ)
+		write = 0;
+	else
+		return 0;
+	r = write ? t->dst : t->src;
+	m = r ? r->mmap : NULL;
+	if (!m || !m->remote)
+		return 0;
+	rk = (struct sd_xrkey){.instance = m->peer_instance, .id = m->id, .key = m->key};
+	if (!sd_xport_op(l->xpeer, write, t->iov, t->iovn, t->xfer_len, &rk, (uint64_t)(uintptr_t)r->data))
+		return 0;
+	if (!write) {
+		sd_buf_tail_commit(t->dst, t->xfer_len);
+		t->res_len = (uint32_t)t->xfer_len;
+	}
+	sd_rtask_complete(t, DOCA_SUCCESS);
+	return 1;
+}
+
 static doca_error_t rtask_submit(struct doca_task *task)
 {
 	struct sd_rtask *t = (struct sd_rtask *)task;
@@ -598,7 +632,7 @@ static doca_error_t rtask_submit(struct doca_task *task)
 
 		if (sd_prov_try(t, c, l)) {
 			/* taken by the provider (SOFTDOCA_PROVIDER), or held behind its operations */
-		} else if (sd_xport_try(t, l)) {
+		} else if (xport_try(t, l)) {
 			/* done over the same-host transport (completion queued) */
 		} else {
 			sd_rtask_start(t, l);

@@ -50,6 +50,12 @@
  *
  * SOFTDOCA_TRANSPORT=tcp|shm|auto (default auto): tcp never publishes nor
  * offers; shm and auto use the table when possible (shm warns when not).
+ *
+ * This module knows no DOCA object (tests/test_softdoca_layers.py checks it):
+ * a local map reaches it as a region (rdma_ctx.c adapts doca_mmap_start and
+ * stop), an operation as a remote key, a direction, an iovec and an address
+ * (rdma_tasks.c picks the tasks, tests the link's idleness and completes
+ * them); permission bits are DOCA's access flags, as on the wire.
  */
 #define _GNU_SOURCE
 #include "rdma.h"
@@ -307,7 +313,7 @@ static int x_shared_fd(const void *addr, size_t len, uint64_t *foff)
 }
 
 /* ---------------------------------------------------------------- publish / revoke (target) */
-void sd_xport_publish(const struct doca_mmap *m)
+void sd_xport_publish(const struct sd_xregion *m)
 {
 	struct sd_xt_hdr *t = x_table();
 	struct sd_xt_slot *s;
@@ -315,10 +321,10 @@ void sd_xport_publish(const struct doca_mmap *m)
 	uint64_t foff = 0;
 	int sfd = -1;
 
-	if (!t || m->remote)
+	if (!t)
 		return;
-	if (m->permissions & (DOCA_ACCESS_FLAG_RDMA_READ | DOCA_ACCESS_FLAG_RDMA_WRITE))
-		sfd = x_shared_fd(m->addr, m->len, &foff);
+	if (m->perms & (DOCA_ACCESS_FLAG_RDMA_READ | DOCA_ACCESS_FLAG_RDMA_WRITE))
+		sfd = x_shared_fd((const void *)(uintptr_t)m->base, m->len, &foff);
 	s = slots_of(t);
 	pthread_mutex_lock(&x_lock);
 	for (uint32_t k = 0; k < SD_XT_SLOTS; k++) {
@@ -330,9 +336,9 @@ void sd_xport_publish(const struct doca_mmap *m)
 			continue;
 		atomic_store(&e->state, XS_WRITING);
 		e->id = m->id;
-		e->base = (uint64_t)(uintptr_t)m->addr;
+		e->base = m->base;
 		e->len = m->len;
-		e->perms = m->permissions;
+		e->perms = m->perms;
 		e->fdp1 = sfd >= 0 ? (uint32_t)sfd + 1 : 0;
 		e->foff = foff;
 		x_slot_fd[i] = sfd + 1;
@@ -360,7 +366,7 @@ static void x_slot_close(struct sd_xt_slot *e)
 	pthread_mutex_unlock(&x_lock);
 }
 
-void sd_xport_revoke(const struct doca_mmap *m)
+void sd_xport_revoke(uint64_t id)
 {
 	struct sd_xt_hdr *t;
 	struct sd_xt_slot *s, *e = NULL;
@@ -368,18 +374,18 @@ void sd_xport_revoke(const struct doca_mmap *m)
 
 	pthread_mutex_lock(&x_lock);
 	t = x_tab;
-	if (!t || m->remote) {
+	if (!t) {
 		pthread_mutex_unlock(&x_lock);
 		return;
 	}
 	s = slots_of(t);
 	for (uint32_t k = 0; k < SD_XT_SLOTS; k++) {
-		struct sd_xt_slot *c = &s[(m->id + k) % SD_XT_SLOTS];
+		struct sd_xt_slot *c = &s[(id + k) % SD_XT_SLOTS];
 		uint32_t st = atomic_load(&c->state);
 
 		if (st == XS_EMPTY)
 			break;
-		if (st == XS_VALID && c->id == m->id) {
+		if (st == XS_VALID && c->id == id) {
 			e = c;
 			break;
 		}
@@ -395,7 +401,7 @@ void sd_xport_revoke(const struct doca_mmap *m)
 		if (sd_now_ns() >= deadline) {
 			SD_WARN("rdma: a peer still holds mmap 0x%llx in a same-host copy after %llu ms (did it die "
 				"mid-copy?); retiring its table slot",
-				(unsigned long long)m->id, (unsigned long long)(sd_eng_timeout_ns() / 1000000));
+				(unsigned long long)id, (unsigned long long)(sd_eng_timeout_ns() / 1000000));
 			atomic_store(&e->state, XS_DEAD);
 			/* its shared file's fd stays open for good: a stalled peer holding the slot may still
 			 * open /proc/<pid>/fd/<n>, which must not name a reused fd */
@@ -413,7 +419,7 @@ void sd_xport_revoke(const struct doca_mmap *m)
 }
 
 /* ---------------------------------------------------------------- offer (handshake) */
-void sd_xport_offer(struct sd_link *l, struct sd_hdr *h)
+void sd_xport_offer(uint32_t ctx_perms, struct sd_hdr *h)
 {
 	struct sd_xt_hdr *t = x_table();
 
@@ -423,15 +429,15 @@ void sd_xport_offer(struct sd_link *l, struct sd_hdr *h)
 	h->arg1 = x_host;
 	h->instance = sd_instance_id();
 	h->map_id = ((uint64_t)(uint32_t)getpid() << 32) | (uint32_t)x_fd;
-	h->budget_ms = l->rdma->permissions;
+	h->budget_ms = ctx_perms;
 	memcpy(h->key, t->token, SD_KEY_LEN);
 }
 
-void sd_xport_on_offer(struct sd_link *l, const struct sd_hdr *h)
+void sd_xport_on_offer(struct sd_xpeer **xp, const struct sd_hdr *h)
 {
 	struct sd_xpeer *x;
 
-	if (h->arg0 != SD_XOFFER_MAGIC || !x_enabled() || l->xpeer)
+	if (h->arg0 != SD_XOFFER_MAGIC || !x_enabled() || *xp)
 		return;
 	if (h->arg1 != x_host) {
 		SD_DBG("rdma: peer on another host (or pid namespace): TCP only");
@@ -446,7 +452,7 @@ void sd_xport_on_offer(struct sd_link *l, const struct sd_hdr *h)
 	x->host = h->arg1;
 	x->ctx_perms = h->budget_ms;
 	memcpy(x->token, h->key, sizeof(x->token));
-	l->xpeer = x;
+	*xp = x;
 }
 
 static void xpmap_drop(struct sd_xpmap *pm)
@@ -475,10 +481,9 @@ void sd_xport_peer_free(struct sd_xpeer *x)
 	free(x);
 }
 
-/* The connection of l is established: open the peer's table if it offered one. */
-void sd_xport_attach(struct sd_link *l)
+/* The connection is established: open the peer's table if it offered one. */
+void sd_xport_attach(struct sd_xpeer *x, uint64_t peer_instance)
 {
-	struct sd_xpeer *x = l->xpeer;
 	char path[64];
 	int fd;
 	void *p;
@@ -496,7 +501,7 @@ void sd_xport_attach(struct sd_link *l)
 	}
 	if (x->ready)
 		return;
-	if (l->conn && l->conn->peer_instance && l->conn->peer_instance != x->instance) {
+	if (peer_instance && peer_instance != x->instance) {
 		why = "instance mismatch";
 		goto fail;
 	}
@@ -563,14 +568,14 @@ static struct sd_xt_slot *peer_lookup(struct sd_xpeer *x, uint64_t id)
 	return NULL;
 }
 
-/* Whether slot e (found for m's id) grants len bytes at raddr with the rights
- * need: VALID for that id, m's key, inside the range, the map's rights. */
-static int slot_grants(const struct sd_xt_slot *e, const struct doca_mmap *m, uint64_t raddr, uint64_t len,
+/* Whether slot e (found for rk's id) grants len bytes at raddr with the rights
+ * need: VALID for that id, rk's key, inside the range, the map's rights. */
+static int slot_grants(const struct sd_xt_slot *e, const struct sd_xrkey *rk, uint64_t raddr, uint64_t len,
 		       uint32_t need)
 {
 	uint64_t base = e->base, elen = e->len;
 
-	return atomic_load(&e->state) == XS_VALID && e->id == m->id && key_eq(e->key, m->key) && raddr >= base &&
+	return atomic_load(&e->state) == XS_VALID && e->id == rk->id && key_eq(e->key, rk->key) && raddr >= base &&
 	       raddr + len >= raddr && len <= elen && raddr - base <= elen - len && (e->perms & need) == need;
 }
 
@@ -646,66 +651,44 @@ __attribute__((noinline)) static void sd_xport_memcpy(uint8_t *shared, int write
 	}
 }
 
-int sd_xport_try(struct sd_rtask *t, struct sd_link *l)
+/* A one-sided write (write != 0: iov -> raddr) or read (raddr -> iov) of len
+ * bytes through peer x's table, with the rights need: 1 when the bytes moved,
+ * 0 when it must go over TCP (no table, not granted, or the copy failed: the
+ * target refuses it there with its reason, or the dead link fails it). The
+ * caller keeps the order with the link (it asks only when the link is idle). */
+int sd_xport_op(struct sd_xpeer *x, int write, const struct iovec *iov, int iovn, uint64_t len,
+		const struct sd_xrkey *rk, uint64_t raddr)
 {
-	struct sd_xpeer *x = l->xpeer;
-	const struct doca_buf *r;
-	const struct doca_mmap *m;
+	uint32_t need = write ? DOCA_ACCESS_FLAG_RDMA_WRITE : DOCA_ACCESS_FLAG_RDMA_READ;
 	struct sd_xt_slot *e;
-	uint32_t need;
-	uint64_t raddr, len, base;
+	uint64_t base;
 	struct iovec ri;
 	ssize_t n;
-	int ok, write;
+	int ok;
 
-	if (!x || !x->ready || l->txq_head || l->out_head || l->parked || l->dead || l->draining)
+	if (!x || !x->ready || len == 0 || iovn <= 0 || (x->ctx_perms & need) != need || rk->instance != x->instance)
 		return 0;
-	if (t->type == SD_T_WRITE) {
-		r = t->dst;
-		need = DOCA_ACCESS_FLAG_RDMA_WRITE;
-		write = 1;
-	} else if (t->type == SD_T_READ) {
-		r = t->src;
-		need = DOCA_ACCESS_FLAG_RDMA_READ;
-		write = 0;
-	} else {
-		return 0;
-	}
-	len = t->xfer_len;
-	if (!r || len == 0 || t->iovn <= 0 || (x->ctx_perms & need) != need)
-		return 0;
-	m = r->mmap;
-	if (!m || !m->remote || m->peer_instance != x->instance)
-		return 0;
-	raddr = (uint64_t)(uintptr_t)r->data;
-	e = peer_lookup(x, m->id);
+	e = peer_lookup(x, rk->id);
 	if (!e)
 		return 0;
 	atomic_fetch_add(&e->inuse, 1); /* seq_cst: pairs with the target's REVOKED store */
 	base = e->base;
-	ok = slot_grants(e, m, raddr, len, need);
+	ok = slot_grants(e, rk, raddr, len, need);
 	n = -1;
 	if (ok) {
-		uint8_t *shared = peer_shared(x, e, m->id);
+		uint8_t *shared = peer_shared(x, e, rk->id);
 
 		if (shared) {
-			sd_xport_memcpy(shared + (raddr - base), write, t->iov, t->iovn);
+			sd_xport_memcpy(shared + (raddr - base), write, iov, iovn);
 			n = (ssize_t)len;
 		} else {
 			ri.iov_base = (void *)(uintptr_t)raddr;
 			ri.iov_len = len;
-			n = sd_xport_copy(x->pid, write, t->iov, t->iovn, &ri);
+			n = sd_xport_copy(x->pid, write, iov, iovn, &ri);
 		}
 	}
 	atomic_fetch_sub(&e->inuse, 1);
-	if (!ok || n != (ssize_t)len)
-		return 0; /* over TCP: refused there with its reason, or failed by the dead link */
-	if (!write) {
-		sd_buf_tail_commit(t->dst, len);
-		t->res_len = (uint32_t)len;
-	}
-	sd_rtask_complete(t, DOCA_SUCCESS);
-	return 1;
+	return ok && n == (ssize_t)len;
 }
 
 /* ---------------------------------------------------------------- the provider bridge's check */
@@ -719,50 +702,20 @@ int sd_xport_try(struct sd_rtask *t, struct sd_link *l)
  * Unlike a copy, the operation is not held against the map's revocation while
  * the provider carries it: a stop racing an operation in flight may still see
  * it land (docs/providers.md). Engine lock held. */
-int sd_xport_check(const struct sd_link *l, const struct doca_mmap *m, uint64_t raddr, uint64_t len, uint32_t need)
+int sd_xport_check(const struct sd_xpeer *x, const struct sd_xrkey *rk, uint64_t raddr, uint64_t len,
+		   uint32_t need)
 {
-	struct sd_xpeer *x = l ? l->xpeer : NULL;
 	struct sd_xt_slot *e;
 
-	if (!x || !x->ready || !m || !m->remote || m->peer_instance != x->instance)
+	if (!x || !x->ready || rk->instance != x->instance)
 		return -1;
 	if ((x->ctx_perms & need) != need)
 		return 0;
-	e = peer_lookup(x, m->id);
-	return e && slot_grants(e, m, raddr, len, need);
+	e = peer_lookup((struct sd_xpeer *)x, rk->id);
+	return e && slot_grants(e, rk, raddr, len, need);
 }
 
-/* ---------------------------------------------------------------- extension */
-SD_EXPORT const char *softdoca_transport_name(const struct doca_rdma_connection *conn)
+int sd_xport_ready(const struct sd_xpeer *x)
 {
-	const char *name = "tcp";
-
-	if (!conn)
-		return name;
-	sd_eng_lock();
-	if (sd_conn_live(conn) && conn->link && conn->link->xpeer && conn->link->xpeer->ready)
-		name = "shm";
-	sd_eng_unlock();
-	return name;
-}
-
-SD_EXPORT const char *softdoca_provider_name(void)
-{
-	return sd_prov_name();
-}
-
-SD_EXPORT const char *softdoca_provider_transport(const struct doca_rdma_connection *conn)
-{
-	static _Thread_local char out[64];
-	const char *t = NULL;
-
-	if (!conn)
-		return NULL;
-	sd_eng_lock();
-	if (sd_conn_live(conn))
-		t = sd_prov_conn_transport(conn);
-	if (t)
-		snprintf(out, sizeof(out), "%s", t);
-	sd_eng_unlock();
-	return t ? out : NULL;
+	return x && x->ready;
 }
