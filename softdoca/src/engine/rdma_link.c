@@ -138,35 +138,15 @@ void sd_link_set_why(struct sd_link *l, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Fail a task the link can no longer carry, saying why (its detail, cut at
- * SD_DETAIL_LEN on purpose). */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-truncation"
-static void flush_task(struct sd_link *l, struct sd_rtask *t, doca_error_t status)
-{
-	if (l->why[0])
-		snprintf(t->detail, sizeof(t->detail), "flushed: %s", l->why);
-	else if (status == DOCA_ERROR_CONNECTION_ABORTED)
-		snprintf(t->detail, sizeof(t->detail), "%s",
-			 "flushed: the connection was disconnected locally or its context stopped");
-	else
-		snprintf(t->detail, sizeof(t->detail), "%s",
-			 "the connection was lost (the peer closed it, died or became unreachable)");
-	sd_eng_complete(&t->base, status);
-}
-#pragma GCC diagnostic pop
-
 /* Input registrations: the pe's (a thread waiting there reads the input
  * itself) strictly before the engine's, both exclusive, so the kernel wakes
  * the first of them with a thread blocked in it. */
 static int link_rx_register(struct sd_link *l)
 {
-	struct doca_pe *pe = l->rdma->ctx.pe;
-
-	l->pe_watched = pe && sd_pe_watch(pe, l->ep.fd, l->serial) == 0;
+	l->pe_watched = l->ops->rx_watch(l, 1) == 0;
 	if (sd_eng_ep_add(&l->ep, EPOLLIN | EPOLLEXCLUSIVE) != 0) {
 		if (l->pe_watched)
-			sd_pe_unwatch(pe, l->ep.fd);
+			(void)l->ops->rx_watch(l, 0);
 		l->pe_watched = 0;
 		return -1;
 	}
@@ -180,7 +160,7 @@ static void link_rx_unregister(struct sd_link *l)
 		return;
 	sd_eng_ep_del(&l->ep);
 	if (l->pe_watched)
-		sd_pe_unwatch(l->rdma->ctx.pe, l->ep.fd);
+		(void)l->ops->rx_watch(l, 0);
 	l->pe_watched = 0;
 	l->rx_registered = 0;
 }
@@ -285,7 +265,7 @@ void sd_link_unpark(struct sd_link *l)
 	sd_link_park_free(l);
 	l->park_defer = 0;
 	l->parked = 0;
-	l->rdma->nparked--;
+	l->group->nparked--;
 }
 
 size_t sd_link_park_bytes(void)
@@ -346,7 +326,7 @@ void sd_link_rx_kick(struct sd_link *l)
 	}
 }
 
-struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting, const struct sd_link_ops *ops)
+struct sd_link *sd_link_new(struct sd_link_group *group, int fd, int connecting, const struct sd_link_ops *ops)
 {
 	struct sd_link *l = calloc(1, sizeof(*l));
 	uint64_t now = sd_now_ns();
@@ -365,7 +345,7 @@ struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting, cons
 	l->wep.fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	l->serial = atomic_fetch_add(&link_serial, 1) + 1;
 	l->ops = ops;
-	l->rdma = rdma;
+	l->group = group;
 	l->connecting = connecting;
 	l->last_rx_ns = now;
 	l->last_ping_ns = now;
@@ -383,17 +363,17 @@ struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting, cons
 	}
 	SD_LIVE_INC(SD_LIVE_LINK);
 	nlinks_live++;
-	l->next = rdma->links;
-	rdma->links = l;
+	l->next = group->links;
+	group->links = l;
 	return l;
 }
 
-static void drop_item(struct sd_txitem *it)
+static void drop_item(struct sd_link *l, struct sd_txitem *it)
 {
 	if (it->ref)
-		sd_mmap_release(it->ref);
+		l->ops->release_ref(it->ref);
 	it->ref = NULL;
-	if (!it->task) {
+	if (!it->op) {
 		SD_LIVE_DEC(SD_LIVE_CTRL);
 		free(it);
 	}
@@ -402,7 +382,6 @@ static void drop_item(struct sd_txitem *it)
 void sd_link_close(struct sd_link *l, doca_error_t status)
 {
 	struct sd_txitem *it, *nx;
-	struct doca_rdma_connection *conn = l->conn;
 	struct sd_link **pp;
 
 	if (l->dead)
@@ -419,20 +398,20 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 		sd_link_unpark(l);
 	for (it = l->txq_head; it; it = nx) {
 		nx = it->next;
-		if (it->task)
-			flush_task(l, it->task, status);
-		drop_item(it);
+		if (it->op)
+			l->ops->on_flush(l, it->op, status);
+		drop_item(l, it);
 	}
 	l->txq_head = l->txq_tail = NULL;
 	ctrl_q_all -= l->ctrl_q;
 	l->ctrl_q = 0;
 	for (it = l->out_head; it; it = nx) {
 		nx = it->next;
-		flush_task(l, it->task, status);
+		l->ops->on_flush(l, it->op, status);
 	}
 	l->out_head = l->out_tail = NULL;
 	l->out_count = 0;
-	for (pp = &l->rdma->links; *pp; pp = &(*pp)->next) {
+	for (pp = &l->group->links; *pp; pp = &(*pp)->next) {
 		if (*pp == l) {
 			*pp = l->next;
 			break;
@@ -440,9 +419,7 @@ void sd_link_close(struct sd_link *l, doca_error_t status)
 	}
 	l->next = graveyard;
 	graveyard = l;
-	l->conn = NULL;
-	if (conn)
-		l->ops->on_detached(l, conn, status);
+	l->ops->on_detached(l, status);
 	sd_eng_kick();
 }
 
@@ -473,7 +450,7 @@ void sd_link_queue(struct sd_link *l, struct sd_txitem *it)
 	else
 		l->txq_head = it;
 	l->txq_tail = it;
-	if (!it->task)
+	if (!it->op)
 		ctrl_q_add(l, it);
 }
 
@@ -521,7 +498,7 @@ int sd_link_send_ctrl(struct sd_link *l, const struct sd_hdr *h, const void *pay
 
 static void item_sent(struct sd_link *l, struct sd_txitem *it)
 {
-	if (it->task) {
+	if (it->op) {
 		it->next = NULL;
 		if (l->out_tail)
 			l->out_tail->next = it;
@@ -531,7 +508,7 @@ static void item_sent(struct sd_link *l, struct sd_txitem *it)
 		l->out_count++;
 	} else {
 		ctrl_q_done(l, it);
-		drop_item(it);
+		drop_item(l, it);
 	}
 }
 
@@ -593,7 +570,7 @@ int sd_link_flush_rc(struct sd_link *l)
 			it->sent += take;
 			r -= (ssize_t)take;
 			/* the peer took our data; while its input waits for its answers to drain, those count too */
-			if (take && (it->task || (!it->blob_cap && it->total > SD_HDR_LEN) || (l->rx_paused & SD_RXP_TX)))
+			if (take && (it->op || (!it->blob_cap && it->total > SD_HDR_LEN) || (l->rx_paused & SD_RXP_TX)))
 				tx_progress = 1;
 			if (it->sent == it->total) {
 				l->txq_head = it->next;
@@ -611,12 +588,11 @@ int sd_link_flush_rc(struct sd_link *l)
 
 void sd_link_drain(struct sd_link *l, doca_error_t status)
 {
-	struct doca_rdma_connection *conn = l->conn;
 	struct sd_txitem *it, **pp;
 
 	if (l->dead || l->draining)
 		return;
-	if (l->txq_head && l->txq_head->task && l->txq_head->sent) {
+	if (l->txq_head && l->txq_head->op && l->txq_head->sent) {
 		/* a request is half on the wire: nothing can follow it */
 		sd_link_close(l, status);
 		return;
@@ -627,9 +603,9 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 	l->rx_held = 0; /* a deferred request is dropped with the rest of the input */
 	for (pp = &l->txq_head; *pp;) {
 		it = *pp;
-		if (it->task) {
+		if (it->op) {
 			*pp = it->next;
-			flush_task(l, it->task, status);
+			l->ops->on_flush(l, it->op, status);
 		} else {
 			pp = &it->next;
 		}
@@ -640,7 +616,7 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 	while (l->out_head) {
 		it = l->out_head;
 		l->out_head = it->next;
-		flush_task(l, it->task, status);
+		l->ops->on_flush(l, it->op, status);
 	}
 	l->out_tail = NULL;
 	l->out_count = 0;
@@ -650,21 +626,19 @@ void sd_link_drain(struct sd_link *l, doca_error_t status)
 	l->close_after_flush = 1;
 	l->deadline_ns = sd_now_ns() + sd_eng_timeout_ns();
 	l->rx_paused = 0;
-	l->conn = NULL;
-	if (conn)
-		l->ops->on_detached(l, conn, status);
+	l->ops->on_detached(l, status);
 	sd_link_flush(l);
 }
 
 /* The doorbell of a submit with DOCA_TASK_SUBMIT_FLAG_FLUSH: the tasks
- * queued on rdma's links since the last one go out. Sent from the
+ * queued on the links of l's group since the last one go out. Sent from the
  * submitting thread (no engine wake-up), unless requests are outstanding
  * on the link: then the engine, which wakes for their responses anyway,
  * sends them with its next flush, many in one sendmsg (on an RC QP later
  * work waits behind earlier work too). */
-void sd_link_submit_flush(struct doca_rdma *rdma, struct sd_link *l)
+void sd_link_submit_flush(struct sd_link *l)
 {
-	for (struct sd_link *x = rdma->links; x; x = x->next) {
+	for (struct sd_link *x = l->group->links; x; x = x->next) {
 		if (!x->unflushed)
 			continue;
 		x->unflushed = 0;

@@ -142,7 +142,7 @@ void sd_eng_poll(struct doca_rdma *rdma)
 	if (rdma->running) {
 		const struct sd_eng_hook *hook = sd_eng_get_hook();
 
-		for (struct sd_link *l = rdma->links, *nx; l; l = nx) {
+		for (struct sd_link *l = rdma->lg.links, *nx; l; l = nx) {
 			nx = l->next;
 			if (l->out_head && !l->dead && !l->connecting && !l->rx_paused)
 				link_on_event_off_engine(l);
@@ -180,7 +180,7 @@ void sd_eng_service(struct doca_rdma *rdma, const uint64_t *tags, int ntags)
 {
 	sd_eng_lock();
 	if (rdma->running) {
-		for (struct sd_link *l = rdma->links, *nx; l; l = nx) {
+		for (struct sd_link *l = rdma->lg.links, *nx; l; l = nx) {
 			nx = l->next;
 			for (int i = 0; i < ntags; i++) {
 				if (l->serial != tags[i])
@@ -272,7 +272,7 @@ static uint64_t loop_timers(uint64_t now)
 	for (struct doca_rdma *r = loop.rdmas; r; r = r->eng_next) {
 		struct sd_link *l, *nx;
 
-		for (l = r->links; l; l = nx) {
+		for (l = r->lg.links; l; l = nx) {
 			nx = l->next;
 			next = sd_min_deadline(next, link_timers(l, now, T));
 			/* Application threads queue work without waking the engine:
@@ -460,9 +460,9 @@ static void *loop_main(void *arg)
 			}
 		}
 		for (struct doca_rdma *r = loop.rdmas; r; r = r->eng_next) {
-			if (r->nparked && r->rq_head && r->eng_ops)
+			if (r->lg.nparked && r->rq_head && r->eng_ops)
 				r->eng_ops->deliver_parked(r);
-			for (struct sd_link *l = r->links, *nx; l; l = nx) {
+			for (struct sd_link *l = r->lg.links, *nx; l; l = nx) {
 				nx = l->next;
 				if (l->rx_kick)
 					link_on_event(l, EPOLLIN);
@@ -641,8 +641,8 @@ void sd_eng_detach_locked(struct doca_rdma *rdma, doca_error_t status)
 {
 	struct doca_rdma **pp;
 
-	while (rdma->links)
-		sd_link_close(rdma->links, status);
+	while (rdma->lg.links)
+		sd_link_close(rdma->lg.links, status);
 	if (rdma->eng_ops)
 		rdma->eng_ops->detach(rdma, status);
 	while (rdma->rq_head) {

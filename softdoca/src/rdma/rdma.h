@@ -255,8 +255,9 @@ struct sd_txitem {
 	int iovcnt;
 	size_t total;           /* header + payload */
 	size_t sent;
-	struct sd_rtask *task;  /* request of a task (not freed), NULL: control frame (freed) */
-	struct doca_mmap *ref;  /* engine reference released once sent or dropped */
+	void *op;               /* request of an operation of the owner (not freed; flushed through
+				 * sd_link_ops.on_flush), NULL: control frame (freed) */
+	void *ref;              /* the owner's reference, released once sent or dropped (sd_link_ops.release_ref) */
 	struct iovec iov1;      /* single-piece payload of control frames */
 	uint32_t blob_cap;      /* >0: control blob, more small frames may be appended behind iov1 */
 };
@@ -364,19 +365,37 @@ struct sd_link_ops {
 	/* link closes or drains: let go of the frame being received, failing
 	 * its receive with status. */
 	void (*on_abort_rx)(struct sd_link *link, doca_error_t status);
-	/* link no longer carries conn (closed or drained with status). */
-	void (*on_detached)(struct sd_link *link, struct doca_rdma_connection *conn, doca_error_t status);
+	/* link no longer carries its connection (closed or drained with
+	 * status): the owner lets go of it (link->conn). */
+	void (*on_detached)(struct sd_link *link, doca_error_t status);
 	/* link is about to be freed. */
 	void (*on_free)(struct sd_link *link);
+	/* The link can no longer carry operation op (a request queued or
+	 * awaiting its response: sd_txitem.op): fail it with status, saying why
+	 * (link->why, or what status means). */
+	void (*on_flush)(struct sd_link *link, void *op, doca_error_t status);
+	/* A frame that held the owner's reference (sd_txitem.ref) was sent or dropped. */
+	void (*release_ref)(void *ref);
+	/* Watch (on) or stop watching (!on) link's input for the owner's waiters
+	 * (a thread blocked there reads the input itself), registered before the
+	 * engine's. on: 0 when watched. */
+	int (*rx_watch)(struct sd_link *link, int on);
+};
+
+/* The links of one owner (a DOCA RDMA context, which embeds it): the submit
+ * doorbell walks them. */
+struct sd_link_group {
+	struct sd_link *links;
+	int nparked;                       /* messages parked (RNR) on them, and in the provider path above */
 };
 
 /* A TCP connection between two engines. */
 struct sd_link {
 	struct sd_ep ep;
 	const struct sd_link_ops *ops;     /* its owner's handlers */
-	struct doca_rdma *rdma;
-	struct doca_rdma_connection *conn; /* NULL while an incoming link is unidentified */
-	struct sd_link *next;              /* rdma->links */
+	struct sd_link_group *group;       /* its owner's links */
+	struct doca_rdma_connection *conn; /* NULL while an incoming link is unidentified (the owner's) */
+	struct sd_link *next;              /* group->links */
 	int from_listener;                 /* accepted: 1 = OOB listener, 2 = CM listener */
 	int connecting;                    /* TCP connect in progress */
 	int dead;                          /* closed, waiting to be freed by the engine */
@@ -612,12 +631,17 @@ struct doca_rdma {
 	struct sd_rtask *rq_head, *rq_tail;   /* posted receives */
 	struct sd_listener *listeners;
 	struct sd_listener *oob;
-	struct sd_link *links;
-	int nparked;
+	struct sd_link_group lg;              /* its links (sd_link_rdma) */
 	/* events for doca_pe_progress */
 	pthread_mutex_t ev_lock;
 	struct sd_event *ev_head, *ev_tail;
 };
+
+/* The context whose links link belongs to. */
+static inline struct doca_rdma *sd_link_rdma(const struct sd_link *link)
+{
+	return (struct doca_rdma *)(void *)((char *)link->group - offsetof(struct doca_rdma, lg));
+}
 
 /* ---------------------------------------------------------------- engine services (rdma_engine.c) */
 /* Engine lock. sd_eng_unlock first hands the completions collected while it
@@ -713,7 +737,7 @@ static inline uint64_t sd_min_deadline(uint64_t a, uint64_t b)
 /* ---------------------------------------------------------------- links (rdma_link.c) */
 /* Engine lock held everywhere. A new link is registered with the engine and
  * reports to ops (struct sd_link_ops). */
-struct sd_link *sd_link_new(struct doca_rdma *rdma, int fd, int connecting, const struct sd_link_ops *ops);
+struct sd_link *sd_link_new(struct sd_link_group *group, int fd, int connecting, const struct sd_link_ops *ops);
 /* Tear the link down: every task queued or outstanding on it completes with
  * status; the link is freed at the end of the engine's turn. */
 void sd_link_close(struct sd_link *link, doca_error_t status);
@@ -730,7 +754,7 @@ void sd_link_flush(struct sd_link *link);
 /* Same, returns -1 on a fatal socket error (engine thread closes the link). */
 int sd_link_flush_rc(struct sd_link *link);
 /* The doorbell of a flushing submit on link (see rdma_link.c). */
-void sd_link_submit_flush(struct doca_rdma *rdma, struct sd_link *link);
+void sd_link_submit_flush(struct sd_link *link);
 void sd_link_update_events(struct sd_link *link);
 /* Why a link's input is not read (sd_link.rx_paused bits): the layer above
  * holds it (the peer's request behind an RNR park, or a parked message's

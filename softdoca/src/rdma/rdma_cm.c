@@ -167,7 +167,7 @@ static void listener_on_event(struct sd_ep *ep, uint32_t events SD_UNUSED)
 			return;
 		}
 		sd_sock_tune(fd);
-		l = sd_link_new(lst->rdma, fd, 0, &sd_conn_link_ops);
+		l = sd_link_new(&lst->rdma->lg, fd, 0, &sd_conn_link_ops);
 		if (!l) {
 			close(fd);
 			continue;

@@ -313,7 +313,7 @@ int sd_conn_send_ctrl(struct sd_link *l, uint8_t op, const void *payload, size_t
 	struct sd_hdr h = {.opcode = op};
 
 	if (op == SD_OP_HELLO || op == SD_OP_HELLO_ACK || op == SD_OP_CM_REQ || op == SD_OP_CM_ACCEPT) {
-		sd_xport_offer(l->rdma->permissions, &h);
+		sd_xport_offer(sd_link_rdma(l)->permissions, &h);
 		h.raddr = prov_offer(); /* which provider this side uses (older peers: 0, native) */
 	}
 	return sd_link_send_ctrl(l, &h, payload, len);
@@ -366,7 +366,7 @@ void sd_conn_on_connected(struct sd_link *l, int err)
 
 int sd_conn_on_handshake(struct sd_link *l, const struct sd_hdr *h, const uint8_t *p)
 {
-	struct doca_rdma *rdma = l->rdma;
+	struct doca_rdma *rdma = sd_link_rdma(l);
 	struct doca_rdma_connection *c = l->conn;
 
 	if (h->opcode == SD_OP_HELLO || h->opcode == SD_OP_HELLO_ACK || h->opcode == SD_OP_CM_REQ ||
@@ -463,8 +463,13 @@ int sd_conn_on_handshake(struct sd_link *l, const struct sd_hdr *h, const uint8_
 
 /* ---------------------------------------------------------------- handlers */
 /* link no longer carries c: c loses it, with the link's reason. */
-static void link_detached(struct sd_link *l, struct doca_rdma_connection *c, doca_error_t status)
+static void link_detached(struct sd_link *l, doca_error_t status)
 {
+	struct doca_rdma_connection *c = l->conn;
+
+	l->conn = NULL;
+	if (!c)
+		return;
 	c->link = NULL;
 	sd_conn_set_why(c, l->why);
 	sd_conn_on_link_closed(c, status, status != DOCA_ERROR_CONNECTION_ABORTED);
@@ -475,6 +480,45 @@ static void link_free(struct sd_link *l)
 	sd_xport_peer_free(l->xpeer);
 }
 
+/* Fail a task the link can no longer carry, saying why (its detail, cut at
+ * SD_DETAIL_LEN on purpose). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+static void link_flush_op(struct sd_link *l, void *op, doca_error_t status)
+{
+	struct sd_rtask *t = op;
+
+	if (l->why[0])
+		snprintf(t->detail, sizeof(t->detail), "flushed: %s", l->why);
+	else if (status == DOCA_ERROR_CONNECTION_ABORTED)
+		snprintf(t->detail, sizeof(t->detail), "%s",
+			 "flushed: the connection was disconnected locally or its context stopped");
+	else
+		snprintf(t->detail, sizeof(t->detail), "%s",
+			 "the connection was lost (the peer closed it, died or became unreachable)");
+	sd_eng_complete(&t->base, status);
+}
+#pragma GCC diagnostic pop
+
+
+static void link_release_ref(void *ref)
+{
+	sd_mmap_release(ref);
+}
+
+/* The input of l in its context's pe set (EXCLUSIVE, before the engine's). */
+static int link_rx_watch(struct sd_link *l, int on)
+{
+	struct doca_pe *pe = sd_link_rdma(l)->ctx.pe;
+
+	if (!pe)
+		return -1;
+	if (on)
+		return sd_pe_watch(pe, l->ep.fd, l->serial);
+	sd_pe_unwatch(pe, l->ep.fd);
+	return 0;
+}
+
 const struct sd_link_ops sd_conn_link_ops = {
 	.on_connected = sd_conn_on_connected,
 	.on_header = sd_wire_on_header,
@@ -483,6 +527,9 @@ const struct sd_link_ops sd_conn_link_ops = {
 	.on_abort_rx = sd_wire_abort_rx,
 	.on_detached = link_detached,
 	.on_free = link_free,
+	.on_flush = link_flush_op,
+	.release_ref = link_release_ref,
+	.rx_watch = link_rx_watch,
 };
 
 static uint64_t rdma_timers(struct doca_rdma *rdma, uint64_t now)
@@ -602,7 +649,7 @@ void sd_conn_dial(struct doca_rdma_connection *c, const struct sockaddr_storage 
 		sd_conn_fail(c, SD_FAIL_REFUSED);
 		return;
 	}
-	l = sd_link_new(c->rdma, fd, rc != 0, &sd_conn_link_ops);
+	l = sd_link_new(&c->rdma->lg, fd, rc != 0, &sd_conn_link_ops);
 	if (!l) {
 		close(fd);
 		sd_conn_fail(c, SD_FAIL_LOST);
@@ -720,7 +767,7 @@ SD_EXPORT doca_error_t doca_rdma_connect(struct doca_rdma *rdma, const void *det
 	} else {
 		struct sd_link *l, *nx;
 
-		for (l = rdma->links; l; l = nx) {
+		for (l = rdma->lg.links; l; l = nx) {
 			nx = l->next;
 			if (l->conn || !l->have_hello || memcmp(l->hello_target, c->token, SD_RDMA_TOKEN_LEN) != 0)
 				continue;

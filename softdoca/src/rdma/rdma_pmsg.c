@@ -184,7 +184,7 @@ static void park_free_all(struct doca_rdma_connection *c)
 		struct sd_pm_park *k = c->pm_park_head;
 
 		c->pm_park_head = k->next;
-		c->rdma->nparked--;
+		c->rdma->lg.nparked--;
 		sd_link_park_credit(k->len);
 		free(k->buf);
 		free(k);
@@ -205,7 +205,7 @@ static void park(struct doca_rdma_connection *c, struct sd_pm_park *k, uint64_t 
 		c->pm_park_ns = k->arrived_ns;
 	}
 	c->pm_park_tail = k;
-	c->rdma->nparked++;
+	c->rdma->lg.nparked++;
 	watch(c);
 }
 
@@ -295,7 +295,7 @@ int sd_pm_deliver_one(struct doca_rdma *rdma)
 	best->pm_parked--;
 	best->pm_parked_bytes -= k->len;
 	best->pm_park_ns = sd_now_ns();
-	rdma->nparked--;
+	rdma->lg.nparked--;
 	fill(sd_rdma_pop_recv(rdma), best, &k->h, k->buf, k->len);
 	sd_link_park_credit(k->len);
 	free(k->buf);
@@ -325,7 +325,7 @@ enum sd_prov_rx_answer sd_pm_rx(struct doca_rdma_connection *c, const struct sd_
 	seq = c->pm_rx_seq++;
 	if (c->pm_dead)
 		return SD_PROV_RX_TAKEN;
-	if (rdma->nparked && rdma->rq_head) /* receives posted since: what came before takes them first */
+	if (rdma->lg.nparked && rdma->rq_head) /* receives posted since: what came before takes them first */
 		sd_wire_deliver_parked(rdma);
 	if (!c->pm_park_head && rdma->rq_head) {
 		if (h) { /* the common case: straight into the receive */

@@ -562,7 +562,7 @@ void sd_rtask_start(struct sd_rtask *t, struct sd_link *l)
 	}
 	sd_hdr_encode(&h, t->tx.hdr);
 	t->tx.total = SD_HDR_LEN + (payload ? t->xfer_len : 0);
-	t->tx.task = t;
+	t->tx.op = t;
 	sd_link_queue(l, &t->tx);
 }
 
@@ -625,7 +625,7 @@ static doca_error_t rtask_submit(struct doca_task *task)
 		else
 			rdma->rq_head = t;
 		rdma->rq_tail = t;
-		if (rdma->nparked)
+		if (rdma->lg.nparked)
 			sd_eng_kick();
 	} else if (c->state == SDC_ESTABLISHED && c->link) {
 		struct sd_link *l = c->link;
@@ -637,7 +637,7 @@ static doca_error_t rtask_submit(struct doca_task *task)
 		} else {
 			sd_rtask_start(t, l);
 			if (sd_submit_flags & DOCA_TASK_SUBMIT_FLAG_FLUSH)
-				sd_link_submit_flush(rdma, l);
+				sd_link_submit_flush(l);
 			else
 				l->unflushed = 1;
 		}

@@ -155,9 +155,9 @@ static doca_error_t remote_access(struct sd_link *l, const struct sd_hdr *h, uin
 	*ref = NULL;
 	memset(nak, 0, sizeof(*nak));
 	nak->map_id = h->map_id;
-	if ((l->rdma->permissions & perm) != perm) {
+	if ((sd_link_rdma(l)->permissions & perm) != perm) {
 		nak->code = SD_NAK_CTX_PERM;
-		nak->perms = l->rdma->permissions;
+		nak->perms = sd_link_rdma(l)->permissions;
 		return DOCA_ERROR_NOT_PERMITTED;
 	}
 	if (len == 0) /* nothing is touched: no key needed */
@@ -270,7 +270,7 @@ static void take_recv(struct sd_link *l, struct sd_rtask *t, const struct sd_hdr
  * been handed to them yet). */
 static struct sd_rtask *next_recv(struct doca_rdma *rdma)
 {
-	if (rdma->nparked && rdma->rq_head)
+	if (rdma->lg.nparked && rdma->rq_head)
 		sd_wire_deliver_parked(rdma);
 	return sd_rdma_pop_recv(rdma);
 }
@@ -302,7 +302,7 @@ static int start_park(struct sd_link *l, const struct sd_hdr *h, int with_payloa
 static void enter_park(struct sd_link *l)
 {
 	l->parked = 1;
-	l->rdma->nparked++;
+	sd_link_rdma(l)->lg.nparked++;
 	/* a payload left in the socket: nothing behind it can be read; else the
 	 * link reads on (park_holds says what waits) */
 	if (l->park_defer)
@@ -351,9 +351,9 @@ static struct sd_rtask *expect_resp(struct sd_link *l, const struct sd_hdr *h)
 {
 	struct sd_rtask *t;
 
-	if (!l->out_head || l->out_head->task->tx.sent != l->out_head->total)
+	if (!l->out_head || ((struct sd_rtask *)l->out_head->op)->tx.sent != l->out_head->total)
 		return NULL;
-	t = l->out_head->task;
+	t = l->out_head->op;
 	if (sd_get_le64(t->tx.hdr + 8) != h->req_id)
 		return NULL;
 	switch (t->type) {
@@ -400,7 +400,7 @@ static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 		return 0;
 	case SD_OP_SEND:
 	case SD_OP_SEND_IMM: {
-		struct sd_rtask *t = next_recv(l->rdma);
+		struct sd_rtask *t = next_recv(sd_link_rdma(l));
 
 		l->rx_action = SD_RXA_SEND;
 		l->rx_status = DOCA_SUCCESS;
@@ -672,7 +672,7 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 		 * completes: a receiver that exits right after its completion
 		 * does not lose it */
 		if (h->opcode == SD_OP_WRITE_IMM) {
-			struct sd_rtask *r = next_recv(l->rdma);
+			struct sd_rtask *r = next_recv(sd_link_rdma(l));
 
 			if (r) {
 				recv_result(r, l, h, h->payload_len);
@@ -742,7 +742,7 @@ static struct sd_link *oldest_parked(struct doca_rdma *rdma)
 {
 	struct sd_link *best = NULL;
 
-	for (struct sd_link *l = rdma->links; l; l = l->next) {
+	for (struct sd_link *l = rdma->lg.links; l; l = l->next) {
 		if (!l->parked || l->dead)
 			continue;
 		if (!best || l->park_since_ns < best->park_since_ns)
@@ -771,7 +771,7 @@ static void deliver_deferred(struct sd_link *l, struct sd_rtask *t)
 
 void sd_wire_deliver_parked(struct doca_rdma *rdma)
 {
-	while (rdma->nparked && rdma->rq_head) {
+	while (rdma->lg.nparked && rdma->rq_head) {
 		struct sd_link *l = oldest_parked(rdma);
 		struct sd_rtask *t;
 		doca_error_t st = DOCA_SUCCESS;
@@ -825,7 +825,7 @@ void sd_wire_deliver_parked(struct doca_rdma *rdma)
 		unpark(l);
 		sd_link_flush(l);
 	}
-	if (rdma->nparked && rdma->rq_head)
+	if (rdma->lg.nparked && rdma->rq_head)
 		sd_pm_deliver(rdma);
 }
 
