@@ -41,7 +41,7 @@ static struct {
 	pthread_mutex_t life;        /* serialises engine start / join */
 	struct sd_engthr *cur;       /* engine lock */
 	int nrdma;                   /* engine lock */
-	struct doca_rdma *rdmas;     /* started contexts (engine lock) */
+	struct sd_link_group *groups; /* the groups of started contexts (engine lock) */
 	uint64_t sleep_until;        /* engine lock: when the engine thread wakes at the latest (see loop_main) */
 	_Atomic uint64_t app_polled_ns; /* an application thread last progressed the provider (sd_eng_poll); 0: it sleeps */
 	atomic_int unwatched;        /* the engine left the provider's fd to that thread (sd_eng_hook_watch(0)) */
@@ -60,7 +60,7 @@ static void loop_atfork_child(void)
 	pthread_mutex_init(&loop.life, NULL);
 	loop.cur = NULL;
 	loop.nrdma = 0;
-	loop.rdmas = NULL;
+	loop.groups = NULL;
 	loop.sleep_until = 0;
 	atomic_store(&loop.app_polled_ns, 0);
 	atomic_store(&loop.unwatched, 0);
@@ -133,16 +133,14 @@ static void link_on_event_off_engine(struct sd_link *l)
  * reads the responses waiting on its links itself (non-blocking, only if
  * the engine lock is free), so a polling application sees its completion
  * without waiting for the engine thread to be scheduled. */
-void sd_eng_poll(struct doca_rdma *rdma)
+void sd_eng_poll(struct sd_link_group *g)
 {
-	if (atomic_load_explicit(&rdma->ctx.inflight, memory_order_relaxed) == 0)
-		return;
 	if (sd_eng_trylock() != 0)
 		return;
-	if (rdma->running) {
+	if (g->running) {
 		const struct sd_eng_hook *hook = sd_eng_get_hook();
 
-		for (struct sd_link *l = rdma->lg.links, *nx; l; l = nx) {
+		for (struct sd_link *l = g->links, *nx; l; l = nx) {
 			nx = l->next;
 			if (l->out_head && !l->dead && !l->connecting && !l->rx_paused)
 				link_on_event_off_engine(l);
@@ -176,11 +174,11 @@ void sd_eng_app_sleeps(void)
 /* A thread waiting on rdma's pe was woken by these links' input (their
  * serials): read it now, on that thread. The engine lock is taken blocking: a
  * waiter woken instead of the engine must not leave the input to it. */
-void sd_eng_service(struct doca_rdma *rdma, const uint64_t *tags, int ntags)
+void sd_eng_service(struct sd_link_group *g, const uint64_t *tags, int ntags)
 {
 	sd_eng_lock();
-	if (rdma->running) {
-		for (struct sd_link *l = rdma->lg.links, *nx; l; l = nx) {
+	if (g->running) {
+		for (struct sd_link *l = g->links, *nx; l; l = nx) {
 			nx = l->next;
 			for (int i = 0; i < ntags; i++) {
 				if (l->serial != tags[i])
@@ -237,8 +235,8 @@ static uint64_t link_timers(struct sd_link *l, uint64_t now, uint64_t T)
 			l->park_nak_ns = now + T / 4;
 		}
 		next = sd_min_deadline(next, sd_min_deadline(l->park_deadline_ns, l->park_nak_ns));
-	} else if (l->conn && l->conn->state == SDC_ESTABLISHED &&
-		   (l->out_head || l->txq_head || l->awaited || l->rx_state == SD_RX_PAYLOAD)) {
+	} else if ((l->out_head || l->txq_head || l->awaited || l->rx_state == SD_RX_PAYLOAD) &&
+		   l->ops->established(l)) {
 		/* (mid-payload the peer owes us the rest of a frame: a sender that stops there would hold what
 		 * the payload goes into, a posted receive or a park, for ever) */
 		/* alive: the peer sent something, or took more of our data */
@@ -269,10 +267,10 @@ static uint64_t loop_timers(uint64_t now)
 {
 	uint64_t next = 0, T = sd_eng_timeout_ns();
 
-	for (struct doca_rdma *r = loop.rdmas; r; r = r->eng_next) {
+	for (struct sd_link_group *g = loop.groups; g; g = g->eng_next) {
 		struct sd_link *l, *nx;
 
-		for (l = r->lg.links; l; l = nx) {
+		for (l = g->links; l; l = nx) {
 			nx = l->next;
 			next = sd_min_deadline(next, link_timers(l, now, T));
 			/* Application threads queue work without waking the engine:
@@ -280,8 +278,8 @@ static uint64_t loop_timers(uint64_t now)
 			if (!l->dead)
 				next = sd_min_deadline(next, now + T / 4);
 		}
-		if (r->eng_ops)
-			next = sd_min_deadline(next, r->eng_ops->timers(r, now));
+		if (g->eng_ops)
+			next = sd_min_deadline(next, g->eng_ops->timers(g, now));
 	}
 	return next;
 }
@@ -459,10 +457,10 @@ static void *loop_main(void *arg)
 				ep->on_event(ep, evs[i].events);
 			}
 		}
-		for (struct doca_rdma *r = loop.rdmas; r; r = r->eng_next) {
-			if (r->lg.nparked && r->rq_head && r->eng_ops)
-				r->eng_ops->deliver_parked(r);
-			for (struct sd_link *l = r->lg.links, *nx; l; l = nx) {
+		for (struct sd_link_group *g = loop.groups; g; g = g->eng_next) {
+			if (g->nparked && g->eng_ops)
+				g->eng_ops->deliver_parked(g);
+			for (struct sd_link *l = g->links, *nx; l; l = nx) {
 				nx = l->next;
 				if (l->rx_kick)
 					link_on_event(l, EPOLLIN);
@@ -585,9 +583,9 @@ unsigned long sd_eng_prov_progress_calls(void)
 	return atomic_load_explicit(&loop.prov_progress_n, memory_order_relaxed);
 }
 
-struct doca_rdma *sd_eng_rdmas(void)
+struct sd_link_group *sd_eng_groups(void)
 {
-	return loop.rdmas;
+	return loop.groups;
 }
 
 uint64_t sd_eng_sleep_until_ns(void)
@@ -595,7 +593,7 @@ uint64_t sd_eng_sleep_until_ns(void)
 	return loop.cur ? loop.sleep_until : 0;
 }
 
-doca_error_t sd_eng_attach(struct doca_rdma *rdma)
+doca_error_t sd_eng_attach(struct sd_link_group *g)
 {
 	doca_error_t rc = DOCA_SUCCESS;
 
@@ -628,38 +626,32 @@ doca_error_t sd_eng_attach(struct doca_rdma *rdma)
 		loop.cur = et;
 		loop.sleep_until = UINT64_MAX; /* its first wait has no limit */
 	}
-	rdma->running = 1;
-	rdma->eng_next = loop.rdmas;
-	loop.rdmas = rdma;
+	g->running = 1;
+	g->eng_next = loop.groups;
+	loop.groups = g;
 out:
 	sd_eng_unlock();
 	pthread_mutex_unlock(&loop.life);
 	return rc;
 }
 
-void sd_eng_detach_locked(struct doca_rdma *rdma, doca_error_t status)
+void sd_eng_detach_locked(struct sd_link_group *g, doca_error_t status)
 {
-	struct doca_rdma **pp;
+	struct sd_link_group **pp;
 
-	while (rdma->lg.links)
-		sd_link_close(rdma->lg.links, status);
-	if (rdma->eng_ops)
-		rdma->eng_ops->detach(rdma, status);
-	while (rdma->rq_head) {
-		struct sd_rtask *t = rdma->rq_head;
-		rdma->rq_head = t->qnext;
-		sd_eng_complete(&t->base, status);
-	}
-	rdma->rq_tail = NULL;
-	if (rdma->running) {
-		for (pp = &loop.rdmas; *pp; pp = &(*pp)->eng_next) {
-			if (*pp == rdma) {
-				*pp = rdma->eng_next;
+	while (g->links)
+		sd_link_close(g->links, status);
+	if (g->eng_ops)
+		g->eng_ops->detach(g, status);
+	if (g->running) {
+		for (pp = &loop.groups; *pp; pp = &(*pp)->eng_next) {
+			if (*pp == g) {
+				*pp = g->eng_next;
 				break;
 			}
 		}
 	}
-	rdma->running = 0;
+	g->running = 0;
 }
 
 void sd_eng_rdma_created(void)

@@ -38,9 +38,10 @@
  * 5 engine thread [engine/]
  *   rdma_loop.c      the epoll loop, adaptive spin, link readiness (connect
  *                    completion, rx, tx), keepalive and park timers, inline
- *                    polling, ctx attach / detach. It serves listeners
+ *                    polling, group attach / detach. It serves listeners
  *                    through their sd_ep.on_event and the connections of a
- *                    context through rdma->eng_ops (struct sd_rdma_ops)
+ *                    context through its group's eng_ops (struct
+ *                    sd_rdma_ops); like the links it knows no DOCA object
  * 6 connections, data operations, tasks, context (call one another) [rdma/]
  *   rdma_wire.c      data operations (responder / requester), RNR parking,
  *                    error details of refused operations
@@ -376,17 +377,23 @@ struct sd_link_ops {
 	void (*on_flush)(struct sd_link *link, void *op, doca_error_t status);
 	/* A frame that held the owner's reference (sd_txitem.ref) was sent or dropped. */
 	void (*release_ref)(void *ref);
+	/* Whether the keepalive watches link: its connection is established. */
+	int (*established)(const struct sd_link *link);
 	/* Watch (on) or stop watching (!on) link's input for the owner's waiters
 	 * (a thread blocked there reads the input itself), registered before the
 	 * engine's. on: 0 when watched. */
 	int (*rx_watch)(struct sd_link *link, int on);
 };
 
-/* The links of one owner (a DOCA RDMA context, which embeds it): the submit
- * doorbell walks them. */
+/* What the engine serves of one owner (a DOCA RDMA context, which embeds it:
+ * sd_group_rdma): its links (the submit doorbell walks them), and, while
+ * attached (running), the owner's handlers. */
 struct sd_link_group {
 	struct sd_link *links;
 	int nparked;                       /* messages parked (RNR) on them, and in the provider path above */
+	int running;                       /* attached to the engine (sd_eng_attach .. sd_eng_detach_locked) */
+	const struct sd_rdma_ops *eng_ops; /* the connection layer's handlers (NULL: none yet) */
+	struct sd_link_group *eng_next;    /* the engine's attached groups */
 };
 
 /* A TCP connection between two engines. */
@@ -580,17 +587,17 @@ struct sd_task_conf {
 #define SD_RDMA_MAGIC 0x52444d41u
 
 /* What the engine thread asks of the connection layer for a started context
- * (rdma->eng_ops, installed with the context's first connection or
+ * (its group's eng_ops, installed with the context's first connection or
  * listener: until then there is nothing for it to do). Engine lock held. */
 struct sd_rdma_ops {
 	/* Act on the deadlines of its connections and listeners that passed at
 	 * now; returns the next one (0: none). */
-	uint64_t (*timers)(struct doca_rdma *rdma, uint64_t now);
-	/* Receives were posted while messages wait parked: hand them over. */
-	void (*deliver_parked)(struct doca_rdma *rdma);
+	uint64_t (*timers)(struct sd_link_group *group, uint64_t now);
+	/* Messages wait parked (group->nparked): hand them to receives posted since, if any. */
+	void (*deliver_parked)(struct sd_link_group *group);
 	/* ctx stop, once its links are closed: close its connections (no
 	 * events) and listeners. */
-	void (*detach)(struct doca_rdma *rdma, doca_error_t status);
+	void (*detach)(struct sd_link_group *group, doca_error_t status);
 };
 
 struct doca_rdma {
@@ -620,9 +627,6 @@ struct doca_rdma {
 	struct sd_pool *pool[SD_T_NUM];
 	struct sd_pool *retired;
 	/* runtime, engine lock */
-	int running;
-	const struct sd_rdma_ops *eng_ops;    /* the connection layer's handlers (NULL: none yet) */
-	struct doca_rdma *eng_next;
 	struct doca_rdma_connection *conns;
 	uint32_t next_conn_id;
 	uint32_t nconns_active;
@@ -637,10 +641,15 @@ struct doca_rdma {
 	struct sd_event *ev_head, *ev_tail;
 };
 
-/* The context whose links link belongs to. */
+/* The context of a group, of the group of a link. */
+static inline struct doca_rdma *sd_group_rdma(const struct sd_link_group *group)
+{
+	return (struct doca_rdma *)(void *)((char *)group - offsetof(struct doca_rdma, lg));
+}
+
 static inline struct doca_rdma *sd_link_rdma(const struct sd_link *link)
 {
-	return (struct doca_rdma *)(void *)((char *)link->group - offsetof(struct doca_rdma, lg));
+	return sd_group_rdma(link->group);
 }
 
 /* ---------------------------------------------------------------- engine services (rdma_engine.c) */
@@ -675,8 +684,8 @@ void sd_eng_kick(void);
  * latest without a wake-up (UINT64_MAX: not before an fd event or a kick;
  * 0: no engine thread). */
 uint64_t sd_eng_sleep_until_ns(void);
-/* Engine lock held: the started rdma contexts (through eng_next). */
-struct doca_rdma *sd_eng_rdmas(void);
+/* Engine lock held: the groups of the started rdma contexts (through eng_next). */
+struct sd_link_group *sd_eng_groups(void);
 /* How often the engine thread progressed the provider (softdoca_debug_counter). */
 unsigned long sd_eng_prov_progress_calls(void);
 /* Whether this thread holds the engine lock. */
@@ -807,7 +816,7 @@ int sd_rx_read(struct sd_link *link, doca_error_t *st);
 
 /* ---------------------------------------------------------------- engine thread (rdma_loop.c) */
 /* Read waiting responses of rdma's links on the calling thread (doca_pe_progress). */
-void sd_eng_poll(struct doca_rdma *rdma);
+void sd_eng_poll(struct sd_link_group *group);
 /* An application thread that progressed the provider itself (sd_eng_poll) is
  * about to sleep: the engine watches the provider's fd again (any thread, no
  * lock needed). */
@@ -815,9 +824,9 @@ void sd_eng_app_sleeps(void);
 /* Whether the engine leaves the provider to a polling application thread now
  * (it looks again within a millisecond; the thread's sleep hands it back). */
 int sd_eng_app_polls(void);
-/* Read the input of rdma's links whose serials are in tags, on the calling
- * thread (a pe waiter woken by them: sd_ctx_ops.service). */
-void sd_eng_service(struct doca_rdma *rdma, const uint64_t *tags, int ntags);
+/* Read the input of the group's links whose serials are in tags, on the
+ * calling thread (a pe waiter woken by them: sd_ctx_ops.service). */
+void sd_eng_service(struct sd_link_group *group, const uint64_t *tags, int ntags);
 /* Default of SOFTDOCA_SPIN_US (engine thread) and SOFTDOCA_POLL_SPIN_US (progress engine waits). */
 #define SD_SPIN_US_DEFAULT 0
 /* Default of SOFTDOCA_SERVE_SPIN_US: the engine's adaptive spin after serving a peer (providers). */
@@ -825,11 +834,12 @@ void sd_eng_service(struct doca_rdma *rdma, const uint64_t *tags, int ntags);
 /* A doca_rdma was created / destroyed: the engine thread lives while any exists. */
 void sd_eng_rdma_created(void);
 void sd_eng_rdma_destroyed(void);
-/* ctx start: make the engine run and track rdma. Engine lock NOT held. */
-doca_error_t sd_eng_attach(struct doca_rdma *rdma);
-/* ctx stop: tear down every link / connection / listener of rdma, fail its
- * tasks with status. Engine lock held. */
-void sd_eng_detach_locked(struct doca_rdma *rdma, doca_error_t status);
+/* ctx start: make the engine run and serve the context's group. Engine lock NOT held. */
+doca_error_t sd_eng_attach(struct sd_link_group *group);
+/* ctx stop: tear down every link of the group (failing their tasks with
+ * status), then its connections and listeners (eng_ops->detach). Engine lock
+ * held. */
+void sd_eng_detach_locked(struct sd_link_group *group, doca_error_t status);
 
 /* ---------------------------------------------------------------- data operations (rdma_wire.c) */
 /* The sd_link_ops handlers of an established link's frames, RNR parking and

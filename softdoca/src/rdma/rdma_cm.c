@@ -121,7 +121,7 @@ int sd_open_listener(struct doca_rdma *rdma, int v6, uint16_t port, int oob, doc
 		return -1;
 	}
 	SD_LIVE_INC(SD_LIVE_LISTENER);
-	rdma->eng_ops = &sd_conn_rdma_ops; /* the engine now has work of ours to do for rdma */
+	rdma->lg.eng_ops = &sd_conn_rdma_ops; /* the engine now has work of ours to do for rdma */
 	l->next = rdma->listeners;
 	rdma->listeners = l;
 	if (oob)
@@ -272,7 +272,7 @@ SD_EXPORT doca_error_t doca_rdma_connection_accept(struct doca_rdma_connection *
 	sd_eng_lock();
 	if (!sd_conn_live(c) || !c->is_cm || c->cm_client) {
 		rc = DOCA_ERROR_INVALID_VALUE;
-	} else if (c->state != SDC_REQUESTED || !c->link || !c->rdma->running) {
+	} else if (c->state != SDC_REQUESTED || !c->link || !c->rdma->lg.running) {
 		rc = c->state == SDC_CLOSED ? DOCA_ERROR_CONNECTION_ABORTED : DOCA_ERROR_BAD_STATE;
 	} else if (sd_conn_send_ctrl(c->link, SD_OP_CM_ACCEPT, priv, len) != 0) {
 		rc = DOCA_ERROR_NO_MEMORY;

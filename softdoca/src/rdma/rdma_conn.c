@@ -78,7 +78,7 @@ struct doca_rdma_connection *sd_conn_new(struct doca_rdma *rdma)
 		return NULL;
 	}
 	SD_LIVE_INC(SD_LIVE_CONN);
-	rdma->eng_ops = &sd_conn_rdma_ops; /* the engine now has work of ours to do for rdma */
+	rdma->lg.eng_ops = &sd_conn_rdma_ops; /* the engine now has work of ours to do for rdma */
 	c->rdma = rdma;
 	c->id = rdma->next_conn_id++;
 	c->close_status = DOCA_ERROR_NOT_CONNECTED;
@@ -405,7 +405,7 @@ int sd_conn_on_handshake(struct sd_link *l, const struct sd_hdr *h, const uint8_
 	case SD_OP_CM_REQ:
 		if (c || l->from_listener != 2 || h->payload_len != SD_CMREQ_LEN)
 			return -1;
-		if (rdma->nconns_active >= rdma->max_conns || !rdma->running) {
+		if (rdma->nconns_active >= rdma->max_conns || !rdma->lg.running) {
 			SD_WARN("rdma: connection request rejected: %u connections in use", rdma->nconns_active);
 			sd_conn_send_ctrl(l, SD_OP_CM_REJECT, NULL, 0);
 			sd_link_drain(l, DOCA_ERROR_CONNECTION_ABORTED);
@@ -506,6 +506,11 @@ static void link_release_ref(void *ref)
 	sd_mmap_release(ref);
 }
 
+static int link_established(const struct sd_link *l)
+{
+	return l->conn && l->conn->state == SDC_ESTABLISHED;
+}
+
 /* The input of l in its context's pe set (EXCLUSIVE, before the engine's). */
 static int link_rx_watch(struct sd_link *l, int on)
 {
@@ -530,10 +535,12 @@ const struct sd_link_ops sd_conn_link_ops = {
 	.on_flush = link_flush_op,
 	.release_ref = link_release_ref,
 	.rx_watch = link_rx_watch,
+	.established = link_established,
 };
 
-static uint64_t rdma_timers(struct doca_rdma *rdma, uint64_t now)
+static uint64_t rdma_timers(struct sd_link_group *g, uint64_t now)
 {
+	struct doca_rdma *rdma = sd_group_rdma(g);
 	uint64_t next = check_deadlines(rdma, now);
 
 	return sd_min_deadline(next, sd_listener_timers(rdma, now));
@@ -541,8 +548,10 @@ static uint64_t rdma_timers(struct doca_rdma *rdma, uint64_t now)
 
 /* ctx stop, once its links are closed: its connections close without
  * events, its listeners go. */
-static void rdma_detach(struct doca_rdma *rdma, doca_error_t status)
+static void rdma_detach(struct sd_link_group *g, doca_error_t status)
 {
+	struct doca_rdma *rdma = sd_group_rdma(g);
+
 	for (struct doca_rdma_connection *c = rdma->conns; c; c = c->next)
 		if (c->state != SDC_CLOSED)
 			sd_conn_on_link_closed(c, status, 0);
@@ -552,9 +561,17 @@ static void rdma_detach(struct doca_rdma *rdma, doca_error_t status)
 		sd_listener_close(rdma->listeners);
 }
 
+static void rdma_deliver_parked(struct sd_link_group *g)
+{
+	struct doca_rdma *rdma = sd_group_rdma(g);
+
+	if (rdma->rq_head)
+		sd_wire_deliver_parked(rdma);
+}
+
 const struct sd_rdma_ops sd_conn_rdma_ops = {
 	.timers = rdma_timers,
-	.deliver_parked = sd_wire_deliver_parked,
+	.deliver_parked = rdma_deliver_parked,
 	.detach = rdma_detach,
 };
 
@@ -625,7 +642,7 @@ static doca_error_t blob_parse(const uint8_t *b, size_t len, uint64_t *inst, uin
 
 int sd_rdma_ctx_usable(struct doca_rdma *rdma)
 {
-	return rdma->running &&
+	return rdma->lg.running &&
 	       (rdma->ctx.state == DOCA_CTX_STATE_RUNNING || rdma->ctx.state == DOCA_CTX_STATE_STARTING);
 }
 

@@ -130,7 +130,7 @@ static void events_clear(struct doca_rdma *rdma)
 
 static void rdma_service(struct doca_ctx *ctx, const uint64_t *tags, int ntags)
 {
-	sd_eng_service(ctx->impl, tags, ntags);
+	sd_eng_service(&((struct doca_rdma *)ctx->impl)->lg, tags, ntags);
 }
 
 static void rdma_sleeping(struct doca_ctx *ctx)
@@ -145,8 +145,8 @@ static int rdma_progress(struct doca_ctx *ctx)
 	struct doca_rdma *rdma = ctx->impl;
 	int n = 0;
 
-	if (sd_pe_phase != SD_PE_PHASE_AFTER)
-		sd_eng_poll(rdma);
+	if (sd_pe_phase != SD_PE_PHASE_AFTER && atomic_load_explicit(&ctx->inflight, memory_order_relaxed) != 0)
+		sd_eng_poll(&rdma->lg);
 	for (;;) {
 		struct sd_event *ev;
 		struct doca_rdma_connection *c;
@@ -198,6 +198,20 @@ static int rdma_progress(struct doca_ctx *ctx)
 }
 
 /* ---------------------------------------------------------------- ctx ops */
+/* The engine lets go of rdma: its links, connections and listeners close
+ * (tasks fail with status), then its posted receives fail. Engine lock held. */
+static void rdma_detach_locked(struct doca_rdma *rdma, doca_error_t status)
+{
+	sd_eng_detach_locked(&rdma->lg, status);
+	while (rdma->rq_head) {
+		struct sd_rtask *t = rdma->rq_head;
+
+		rdma->rq_head = t->qnext;
+		sd_eng_complete(&t->base, status);
+	}
+	rdma->rq_tail = NULL;
+}
+
 static doca_error_t rdma_start(struct doca_ctx *ctx)
 {
 	struct doca_rdma *rdma = ctx->impl;
@@ -211,13 +225,13 @@ static doca_error_t rdma_start(struct doca_ctx *ctx)
 	if (rc != DOCA_SUCCESS)
 		return rc;
 	events_clear(rdma);
-	rc = sd_eng_attach(rdma);
+	rc = sd_eng_attach(&rdma->lg);
 	if (rc != DOCA_SUCCESS)
 		return rc;
 	sd_eng_lock();
 	rc = sd_prov_rdma_start(); /* SOFTDOCA_PROVIDER: one asked for that cannot start fails the start */
 	if (rc != DOCA_SUCCESS)
-		sd_eng_detach_locked(rdma, DOCA_ERROR_CONNECTION_ABORTED);
+		rdma_detach_locked(rdma, DOCA_ERROR_CONNECTION_ABORTED);
 	sd_eng_unlock();
 	return rc;
 }
@@ -227,7 +241,7 @@ static void rdma_stop(struct doca_ctx *ctx)
 	struct doca_rdma *rdma = ctx->impl;
 
 	sd_eng_lock();
-	sd_eng_detach_locked(rdma, DOCA_ERROR_CONNECTION_ABORTED);
+	rdma_detach_locked(rdma, DOCA_ERROR_CONNECTION_ABORTED);
 	sd_eng_unlock();
 	events_clear(rdma);
 }

@@ -1079,8 +1079,8 @@ struct revset {
 static void forget_confirmations(uint64_t instance, int all, uint64_t map_id)
 {
 	P.chk_epoch++;
-	for (struct doca_rdma *r = sd_eng_rdmas(); r; r = r->eng_next)
-		for (struct doca_rdma_connection *c = r->conns; c; c = c->next) {
+	for (struct sd_link_group *g = sd_eng_groups(); g; g = g->eng_next)
+		for (struct doca_rdma_connection *c = sd_group_rdma(g)->conns; c; c = c->next) {
 			struct pcheck *chk = c->pchk;
 
 			if (c->pinstance != instance)
@@ -1414,8 +1414,8 @@ static void revoke_notify(struct doca_mmap *m, int took)
 	uint64_t seq = ++P.revoke_seq, deadline;
 	int sent = 0, waiting = 1;
 
-	for (struct doca_rdma *r = sd_eng_rdmas(); r; r = r->eng_next) {
-		for (struct doca_rdma_connection *c = r->conns; c; c = c->next) {
+	for (struct sd_link_group *g = sd_eng_groups(); g; g = g->eng_next) {
+		for (struct doca_rdma_connection *c = sd_group_rdma(g)->conns; c; c = c->next) {
 			struct sd_hdr h = {.opcode = SD_OP_PROV_REVOKE, .req_id = seq, .map_id = m->id};
 
 			if (c->state != SDC_ESTABLISHED || !c->link || !c->prevoke || c->pbroken)
@@ -1439,8 +1439,8 @@ static void revoke_notify(struct doca_mmap *m, int took)
 		nanosleep(&ts, NULL);
 		sd_eng_lock();
 		waiting = 0;
-		for (struct doca_rdma *r = sd_eng_rdmas(); r && !waiting; r = r->eng_next)
-			for (struct doca_rdma_connection *c = r->conns; c && !waiting; c = c->next)
+		for (struct sd_link_group *g = sd_eng_groups(); g && !waiting; g = g->eng_next)
+			for (struct doca_rdma_connection *c = sd_group_rdma(g)->conns; c && !waiting; c = c->next)
 				waiting = revoke_waits(c, seq);
 	}
 	if (waiting)

@@ -616,7 +616,7 @@ static doca_error_t rtask_submit(struct doca_task *task)
 	if (t->type != SD_T_RECV && c->rdma != rdma)
 		return why(t, DOCA_ERROR_INVALID_VALUE, "the connection belongs to another RDMA context");
 	sd_eng_lock();
-	if (!rdma->running) {
+	if (!rdma->lg.running) {
 		rc = DOCA_ERROR_BAD_STATE;
 	} else if (t->type == SD_T_RECV) {
 		t->qnext = NULL;
