@@ -207,6 +207,52 @@ class Peer:
                                 self.inv.buffer(rm, offset=0, length=4, empty=True), max(imm, 0)).result(10)
         return {}
 
+    def rdma_ops(self, blob: str, ops: List[Dict[str, Any]], timeout: float = 10) -> Dict[str, Any]:
+        """One task at a time on ``conn`` against the peer's mmap ``blob``, each waited for: ``kind`` write,
+        write_imm, read, fetch_add, compare_swap, send or send_imm, at remote offset ``off`` (``len`` bytes; data:
+        ``data`` hex for writes and sends), ``imm``, ``add``, ``compare``/``swap``. For each: its error name (None:
+        it succeeded), the data read (hex) or the atomic's previous value."""
+        rm = pydoca.MemoryMap.from_export(self.dev, unb64(blob))
+        self.stack.callback(rm.close)
+        mem = bytearray(4096)
+        mm = pydoca.MemoryMap(self.dev, mem, access=Access.LOCAL_READ_WRITE)
+        self.stack.callback(mm.close)
+        out = []
+        for op in ops:
+            kind, off, n = op["kind"], op.get("off", 0), op.get("len", 8)
+            data = bytes.fromhex(op.get("data", "")) or b"\0" * n
+            mem[:len(data)] = data
+            if kind in ("write", "write_imm"):
+                src = self.inv.buffer(mm, offset=0, length=len(data))
+                dst = self.inv.buffer(rm, offset=off, length=len(data), empty=True)
+                task: Any = (self.rdma.write(self.conn, src, dst) if kind == "write" else
+                             self.rdma.write_imm(self.conn, src, dst, op["imm"]))
+            elif kind in ("send", "send_imm"):
+                src = self.inv.buffer(mm, offset=0, length=len(data))
+                task = (self.rdma.send(self.conn, src) if kind == "send" else
+                        self.rdma.send_imm(self.conn, src, op["imm"]))
+            elif kind == "read":
+                task = self.rdma.read(self.conn, self.inv.buffer(rm, offset=off, length=n),
+                                      self.inv.buffer(mm, offset=1024, length=n, empty=True))
+            else:
+                remote = self.inv.buffer(rm, offset=off, length=8)
+                result = self.inv.buffer(mm, offset=2048, length=8, empty=True)
+                task = (self.rdma.fetch_add(self.conn, remote, result, add=op["add"]) if kind == "fetch_add" else
+                        self.rdma.compare_swap(self.conn, remote, result, compare=op["compare"], swap=op["swap"]))
+            task.wait(timeout)
+            res: Dict[str, Any] = {"kind": kind, "error": task.error.name if task.error is not None else None}
+            if task.error is None and kind == "read":
+                res["data"] = bytes(mem[1024:1024 + n]).hex()
+            elif task.error is None and kind in ("fetch_add", "compare_swap"):
+                res["value"] = task.value
+            out.append(res)
+        return {"results": out}
+
+    def sync_event_export(self, value: int = 0) -> Dict[str, Any]:
+        """A started sync event (remote-net publisher) with ``value``: its remote-net export."""
+        ev = self.stack.enter_context(pydoca.SyncEvent(self.dev, remote_net=True, value=value))
+        return {"blob": b64(ev.export_to_remote_net())}
+
     def pid(self) -> Dict[str, Any]:
         """This process's id (under a namespace prefix the test's Popen holds the wrapper's)."""
         import os
