@@ -136,6 +136,13 @@ struct doca_dev {
 #define SD_KEY_LEN 16
 #define SD_MAX_DEVS_DEFAULT 4
 
+/* A remote key: what a peer's export descriptor names of its map (the
+ * issuing process instance, the map id, its access key). */
+struct sd_rkey {
+	uint64_t instance, id;
+	uint8_t key[SD_KEY_LEN];
+};
+
 struct doca_mmap {
 	pthread_mutex_t lock;
 	int started;
@@ -158,6 +165,7 @@ struct doca_mmap {
 
 	/* remote maps: peer identity from the descriptor */
 	uint64_t peer_instance;
+	struct sd_rkey rkey;       /* peer_instance, id, key together (the same-host transport's key) */
 	uint8_t peer_addr[16];     /* IPv4-mapped or IPv6 */
 	uint16_t peer_port;
 

@@ -556,6 +556,9 @@ SD_EXPORT doca_error_t doca_mmap_create_from_export(const union doca_data *user_
 	m->id = d.id;
 	memcpy(m->key, d.key, SD_KEY_LEN);
 	m->peer_instance = d.instance;
+	m->rkey.instance = d.instance;
+	m->rkey.id = d.id;
+	memcpy(m->rkey.key, d.key, SD_KEY_LEN);
 	memcpy(m->peer_addr, d.ip, 16);
 	m->peer_port = d.port;
 	if (user_data)

@@ -932,26 +932,22 @@ void sd_buf_tail_commit(struct doca_buf *b, uint64_t n);
 
 /* ---------------------------------------------------------------- same-host transport (rdma_xport.c) */
 /* The same-host transport knows no DOCA object: a map reaches it as a region
- * (published, target side) or a remote key (what the peer's descriptor names,
- * initiator side); a link holds its peer's table (struct sd_xpeer). Permission
- * bits are DOCA's access flags, as on the wire. */
+ * (published, target side) or a remote key (struct sd_rkey: what the peer's
+ * descriptor names, initiator side); a link holds its peer's table (struct
+ * sd_xpeer). Permission bits are DOCA's access flags, as on the wire. */
 struct sd_xpeer;
 struct sd_xregion {            /* a started local map */
 	uint64_t id, base, len;
 	uint32_t perms;
 	const uint8_t *key;    /* SD_KEY_LEN bytes */
 };
-struct sd_xrkey {              /* a remote map: the issuing process instance, its id and key */
-	uint64_t instance, id;
-	const uint8_t *key;    /* SD_KEY_LEN bytes */
-};
 /* A one-sided write (write != 0) or read of len bytes between iov and raddr
  * through peer x's table, on the calling thread: 1 when the bytes moved, 0 to
  * go over TCP. Ask only while the link is idle (ordering). */
 int sd_xport_op(struct sd_xpeer *x, int write, const struct iovec *iov, int iovn, uint64_t len,
-		const struct sd_xrkey *rk, uint64_t raddr);
+		const struct sd_rkey *rk, uint64_t raddr);
 /* Whether peer x's live table grants it: 1 yes, 0 refused, -1 no table. */
-int sd_xport_check(const struct sd_xpeer *x, const struct sd_xrkey *rk, uint64_t raddr, uint64_t len,
+int sd_xport_check(const struct sd_xpeer *x, const struct sd_rkey *rk, uint64_t raddr, uint64_t len,
 		   uint32_t need);
 int sd_xport_ready(const struct sd_xpeer *x);
 void sd_xport_peer_free(struct sd_xpeer *x);

@@ -1669,11 +1669,8 @@ static int target_refuses(const struct sd_rtask *t, struct doca_rdma_connection 
 		return 1;
 	}
 	x = -1;
-	if (m && m->remote && c->link) {
-		struct sd_xrkey rk = {.instance = m->peer_instance, .id = m->id, .key = m->key};
-
-		x = sd_xport_check(c->link->xpeer, &rk, raddr, op_len(t), op_need(t));
-	}
+	if (m && m->remote && c->link)
+		x = sd_xport_check(c->link->xpeer, &m->rkey, raddr, op_len(t), op_need(t));
 	if (x < 0) { /* no live table (between hosts): the target confirms the descriptor first */
 		ok = c->pcheck ? descriptor_confirmed(c, m) : 1;
 		if (ok > 0)

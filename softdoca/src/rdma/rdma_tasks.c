@@ -574,7 +574,6 @@ static int xport_try(struct sd_rtask *t, struct sd_link *l)
 {
 	const struct doca_buf *r;
 	const struct doca_mmap *m;
-	struct sd_xrkey rk;
 	int write;
 
 	if (!l->xpeer || l->txq_head || l->out_head || l->parked || l->dead || l->draining)
@@ -589,8 +588,7 @@ static int xport_try(struct sd_rtask *t, struct sd_link *l)
 	m = r ? r->mmap : NULL;
 	if (!m || !m->remote)
 		return 0;
-	rk = (struct sd_xrkey){.instance = m->peer_instance, .id = m->id, .key = m->key};
-	if (!sd_xport_op(l->xpeer, write, t->iov, t->iovn, t->xfer_len, &rk, (uint64_t)(uintptr_t)r->data))
+	if (!sd_xport_op(l->xpeer, write, t->iov, t->iovn, t->xfer_len, &m->rkey, (uint64_t)(uintptr_t)r->data))
 		return 0;
 	if (!write) {
 		sd_buf_tail_commit(t->dst, t->xfer_len);
