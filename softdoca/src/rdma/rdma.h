@@ -5,8 +5,8 @@
  * softdoca/src has one folder per layer, lowest first: providers/ (the
  * provider interface, providers/provider.h, one folder per provider; a
  * provider calls nothing outside providers/), common/ (the DOCA Common
- * objects, internal.h), engine/ (layers 1-5 below) and rdma/ (the DOCA RDMA
- * context layer, layers 6-8). Module map of engine/ and rdma/, lowest layer
+ * objects, internal.h), engine/ (layers 1-6 below) and rdma/ (the DOCA RDMA
+ * context layer, layers 7-9). Module map of engine/ and rdma/, lowest layer
  * first. A module calls only modules of its own layer or of the layers below
  * it, a folder only its own or the folders below, and only the provider
  * bridge (rdma_prov.c) calls into providers/, through the provider interface
@@ -35,16 +35,21 @@
  * 4 rx framing [engine/]
  *   rdma_rx.c        reads: staging buffer, direct payload reads; hands each
  *                    frame to the link's on_header / on_payload_done
- * 5 engine thread [engine/]
+ * 5 one-sided responder [engine/]
+ *   rdma_serve.c     WRITE payload destinations, READ answers out of target
+ *                    memory, remote atomics; each validated by the link's
+ *                    owner (sd_link_ops.mem_acquire), refusals returned to it
+ * 6 engine thread [engine/]
  *   rdma_loop.c      the epoll loop, adaptive spin, link readiness (connect
  *                    completion, rx, tx), keepalive and park timers, inline
  *                    polling, group attach / detach. It serves listeners
  *                    through their sd_ep.on_event and the connections of a
  *                    context through its group's eng_ops (struct
  *                    sd_rdma_ops); like the links it knows no DOCA object
- * 6 connections, data operations, tasks, context (call one another) [rdma/]
- *   rdma_wire.c      data operations (responder / requester), RNR parking,
- *                    error details of refused operations
+ * 7 connections, data operations, tasks, context (call one another) [rdma/]
+ *   rdma_wire.c      data frames (requester; the responder's validation,
+ *                    refusals and messages), RNR parking, error details of
+ *                    refused operations
  *   rdma_conn.c      connection objects, export/connect (OOB) handshake,
  *                    HELLO / CM frames, deadlines, disconnect; the handlers
  *                    of this layer: sd_conn_link_ops (given to every link)
@@ -64,9 +69,9 @@
  *                    (struct sd_eng_hook)
  *   rdma_pmsg.c      messages arriving through the provider: into posted
  *                    receives, parked (RNR), acknowledged (rdma_pmsg.h)
- * 7 task API [rdma/]
+ * 8 task API [rdma/]
  *   rdma_task_api.c  per-type public task API
- * 8 softdoca extensions [rdma/]
+ * 9 softdoca extensions [rdma/]
  *   ext.c            softdoca_* facts DOCA keeps internal (failure reasons,
  *                    private data, error details, live objects, the
  *                    transports of a connection)
@@ -377,6 +382,11 @@ struct sd_link_ops {
 	void (*on_flush)(struct sd_link *link, void *op, doca_error_t status);
 	/* A frame that held the owner's reference (sd_txitem.ref) was sent or dropped. */
 	void (*release_ref)(void *ref);
+	/* Validate a one-sided request h touching len bytes with the rights
+	 * need (engine/rdma_serve.c): DOCA_SUCCESS with *ref holding the target
+	 * memory (NULL when nothing is touched), else why in *nak. */
+	doca_error_t (*mem_acquire)(struct sd_link *link, const struct sd_hdr *h, uint64_t len, uint32_t need,
+				    void **ref, struct sd_nak_info *nak);
 	/* Whether the keepalive watches link: its connection is established. */
 	int (*established)(const struct sd_link *link);
 	/* Watch (on) or stop watching (!on) link's input for the owner's waiters
@@ -429,7 +439,7 @@ struct sd_link {
 	size_t rx_left;                    /* payload bytes still to receive */
 	int rx_lowat;                      /* SO_RCVLOWAT in force (0: the default, 1 byte) */
 	int rx_discard;                    /* drain payload into scratch */
-	struct doca_mmap *rx_ref;
+	void *rx_ref;                      /* a write's target held while its payload arrives (mem_acquire) */
 	struct sd_rtask *rx_task;
 	uint8_t ctrl_buf[SD_RDMA_MAX_PRIV + 1];
 	int rx_paused;                     /* SD_RXP_* bits: input not read while any is set */
@@ -849,6 +859,8 @@ int sd_wire_on_payload_done(struct sd_link *link, doca_error_t *st);
 void sd_wire_deliver_parked(struct doca_rdma *rdma);
 void sd_wire_park_expired(struct sd_link *link);
 void sd_wire_abort_rx(struct sd_link *link, doca_error_t status);
+doca_error_t sd_wire_mem_acquire(struct sd_link *link, const struct sd_hdr *h, uint64_t len, uint32_t need,
+				 void **ref, struct sd_nak_info *nak);
 
 /* ---------------------------------------------------------------- connections (rdma_conn.c) */
 /* The connection layer's handlers: given to every link it makes, installed
@@ -929,6 +941,17 @@ int sd_buf_gather(const struct doca_buf *b, struct iovec *iov, uint32_t max, uin
 int sd_buf_tail(const struct doca_buf *b, struct iovec *iov, uint32_t max, uint64_t *total);
 /* After n bytes landed in the tails: grow data_len of the list in order. */
 void sd_buf_tail_commit(struct doca_buf *b, uint64_t n);
+
+/* ---------------------------------------------------------------- one-sided responder (rdma_serve.c) */
+/* A WRITE / WRITE_IMM header: where its payload goes (l->rx_*), or
+ * l->rx_status / rx_nak refuse it (its payload drained, then answered). */
+void sd_serve_write(struct sd_link *link, const struct sd_hdr *h);
+/* Let go of the write target a link holds (its payload arrived or was aborted). */
+void sd_serve_release(struct sd_link *link);
+/* A READ / CMP_SWP / FETCH_ADD: answered (0), -1 to close the link, 1
+ * refused with *st and *nak (the caller answers and breaks the connection). */
+int sd_serve_read(struct sd_link *link, const struct sd_hdr *h, doca_error_t *st, struct sd_nak_info *nak);
+int sd_serve_atomic(struct sd_link *link, const struct sd_hdr *h, doca_error_t *st, struct sd_nak_info *nak);
 
 /* ---------------------------------------------------------------- same-host transport (rdma_xport.c) */
 /* The same-host transport knows no DOCA object: a map reaches it as a region

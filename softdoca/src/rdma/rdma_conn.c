@@ -536,6 +536,7 @@ const struct sd_link_ops sd_conn_link_ops = {
 	.release_ref = link_release_ref,
 	.rx_watch = link_rx_watch,
 	.established = link_established,
+	.mem_acquire = sd_wire_mem_acquire,
 };
 
 static uint64_t rdma_timers(struct sd_link_group *g, uint64_t now)

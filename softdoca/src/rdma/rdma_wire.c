@@ -145,11 +145,13 @@ void sd_nak_describe(char *out, size_t n, int requester, uint8_t op, uint64_t ra
 	}
 }
 
-/* Validate a remote access against this process, the target ctx and the map. */
-static doca_error_t remote_access(struct sd_link *l, const struct sd_hdr *h, uint64_t len, uint32_t perm,
-				  struct doca_mmap **ref, struct sd_nak_info *nak)
+/* Validate a remote access against this process, the target ctx and the map
+ * (sd_link_ops.mem_acquire of every link: engine/rdma_serve.c asks it). */
+doca_error_t sd_wire_mem_acquire(struct sd_link *l, const struct sd_hdr *h, uint64_t len, uint32_t perm, void **refp,
+				 struct sd_nak_info *nak)
 {
 	struct sd_acquire_why w;
+	struct doca_mmap **ref = (struct doca_mmap **)refp;
 	doca_error_t rc;
 
 	*ref = NULL;
@@ -207,22 +209,6 @@ static int access_fail(struct sd_link *l, uint8_t resp_op, const struct sd_hdr *
 	sd_link_set_why(l, "remote access error: %s", d);
 	sd_link_drain(l, DOCA_ERROR_CONNECTION_RESET);
 	return rc;
-}
-
-/* The 8-byte atomic a remote compare-and-swap / fetch-and-add performs on
- * registered application memory, as a NIC would: the target application is
- * not synchronized with it (softdoca/tsan.supp names this function). */
-__attribute__((noinline)) static uint64_t sd_wire_remote_atomic(uint64_t *p, uint8_t op, uint64_t a0, uint64_t a1)
-{
-	uint64_t old;
-
-	if (op == SD_OP_CMP_SWP) {
-		old = a0;
-		__atomic_compare_exchange_n(p, &old, a1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-	} else {
-		old = __atomic_fetch_add(p, a0, __ATOMIC_SEQ_CST);
-	}
-	return old;
 }
 
 static void recv_result(struct sd_rtask *t, struct sd_link *l, const struct sd_hdr *h, uint32_t len)
@@ -380,23 +366,14 @@ static void pop_out(struct sd_link *l)
 
 static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 {
-	struct doca_mmap *ref = NULL;
 	doca_error_t st;
+	struct sd_nak_info nak;
+	int rc;
 
 	switch (h->opcode) {
 	case SD_OP_WRITE:
 	case SD_OP_WRITE_IMM:
-		l->rx_action = SD_RXA_WRITE;
-		l->rx_status = remote_access(l, h, h->payload_len, DOCA_ACCESS_FLAG_RDMA_WRITE, &ref, &l->rx_nak);
-		if (l->rx_status == DOCA_SUCCESS && h->payload_len) {
-			l->rx_ref = ref;
-			l->rx_iov1.iov_base = (void *)(uintptr_t)h->raddr;
-			l->rx_iov1.iov_len = h->payload_len;
-			l->rx_iov = &l->rx_iov1;
-			l->rx_iovcnt = 1;
-		} else {
-			l->rx_discard = 1;
-		}
+		sd_serve_write(l, h); /* a refusal is answered once its payload is drained */
 		return 0;
 	case SD_OP_SEND:
 	case SD_OP_SEND_IMM: {
@@ -427,57 +404,13 @@ static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
 		take_recv(l, t, h);
 		return 0;
 	}
-	case SD_OP_READ: {
-		struct sd_hdr r = {.opcode = SD_OP_READ_RESP, .req_id = h->req_id};
-		struct sd_txitem *it;
-
-		struct sd_nak_info nak;
-
-		st = remote_access(l, h, h->rlen, DOCA_ACCESS_FLAG_RDMA_READ, &ref, &nak);
-		if (st != DOCA_SUCCESS)
-			return access_fail(l, SD_OP_READ_RESP, h, h->rlen, st, &nak);
-		if (h->rlen == 0)
-			return sd_link_send_ctrl(l, &r, NULL, 0);
-		it = calloc(1, sizeof(*it));
-		if (!it) {
-			sd_mmap_release(ref);
-			return -1;
-		}
-		SD_LIVE_INC(SD_LIVE_CTRL);
-		r.payload_len = (uint32_t)h->rlen;
-		sd_hdr_encode(&r, it->hdr);
-		it->ref = ref;
-		it->iov1.iov_base = (void *)(uintptr_t)h->raddr;
-		it->iov1.iov_len = h->rlen;
-		it->iov = &it->iov1;
-		it->iovcnt = 1;
-		it->total = SD_HDR_LEN + h->rlen;
-		sd_link_queue(l, it);
-		return 0;
-	}
+	case SD_OP_READ:
+		rc = sd_serve_read(l, h, &st, &nak);
+		return rc == 1 ? access_fail(l, SD_OP_READ_RESP, h, h->rlen, st, &nak) : rc;
 	case SD_OP_CMP_SWP:
-	case SD_OP_FETCH_ADD: {
-		struct sd_hdr r = {.opcode = SD_OP_ATOMIC_RESP, .req_id = h->req_id};
-		uint8_t val[8];
-		uint64_t old = 0;
-		struct sd_nak_info nak;
-
-		if (h->raddr % 8 != 0) {
-			st = DOCA_ERROR_INVALID_VALUE;
-			memset(&nak, 0, sizeof(nak));
-			nak.code = SD_NAK_ALIGN;
-			nak.map_id = h->map_id;
-		} else {
-			st = remote_access(l, h, 8, DOCA_ACCESS_FLAG_RDMA_ATOMIC, &ref, &nak);
-		}
-		if (st == DOCA_SUCCESS) {
-			old = sd_wire_remote_atomic((uint64_t *)(uintptr_t)h->raddr, h->opcode, h->arg0, h->arg1);
-			sd_mmap_release(ref);
-			sd_put_le64(val, old);
-			return sd_link_send_ctrl(l, &r, val, 8);
-		}
-		return access_fail(l, SD_OP_ATOMIC_RESP, h, 8, st, &nak);
-	}
+	case SD_OP_FETCH_ADD:
+		rc = sd_serve_atomic(l, h, &st, &nak);
+		return rc == 1 ? access_fail(l, SD_OP_ATOMIC_RESP, h, 8, st, &nak) : rc;
 	default:
 		return -1;
 	}
@@ -658,10 +591,7 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 			return sd_conn_on_handshake(l, h, l->ctrl_buf);
 		}
 	case SD_RXA_WRITE:
-		if (l->rx_ref) {
-			sd_mmap_release(l->rx_ref);
-			l->rx_ref = NULL;
-		}
+		sd_serve_release(l);
 		if (l->rx_status != DOCA_SUCCESS) {
 			struct sd_nak_info nak = l->rx_nak;
 			struct sd_hdr hh = *h;
@@ -847,10 +777,7 @@ void sd_wire_park_expired(struct sd_link *l)
 
 void sd_wire_abort_rx(struct sd_link *l, doca_error_t status)
 {
-	if (l->rx_ref) {
-		sd_mmap_release(l->rx_ref);
-		l->rx_ref = NULL;
-	}
+	sd_serve_release(l);
 	/* a receive being filled belongs to the ctx, not to the outstanding list */
 	if (l->rx_task && l->rx_task->type == SD_T_RECV)
 		sd_rtask_fail(l->rx_task, status, "the connection broke while a message was arriving into this receive%s%s",
