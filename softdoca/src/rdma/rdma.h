@@ -35,7 +35,11 @@
  * 4 rx framing [engine/]
  *   rdma_rx.c        reads: staging buffer, direct payload reads; hands each
  *                    frame to the link's on_header / on_payload_done
- * 5 one-sided responder [engine/]
+ * 5 frames [engine/]
+ *   rdma_frames.c    an established link's frames: keepalive, RNR_WAIT,
+ *                    DISCONNECT, the requests held behind a parked message,
+ *                    the rest handed to the one-sided responder or to the
+ *                    link's owner (answers, messages, refusals, control)
  *   rdma_serve.c     WRITE payload destinations, READ answers out of target
  *                    memory, remote atomics; each validated by the link's
  *                    owner (sd_link_ops.mem_acquire), refusals returned to it
@@ -47,9 +51,9 @@
  *                    context through its group's eng_ops (struct
  *                    sd_rdma_ops); like the links it knows no DOCA object
  * 7 connections, data operations, tasks, context (call one another) [rdma/]
- *   rdma_wire.c      data frames (requester; the responder's validation,
- *                    refusals and messages), RNR parking, error details of
- *                    refused operations
+ *   rdma_wire.c      the DOCA side of the frames: answers complete tasks,
+ *                    messages fill posted receives or park (RNR), the
+ *                    responder's validation and refusals, error details
  *   rdma_conn.c      connection objects, export/connect (OOB) handshake,
  *                    HELLO / CM frames, deadlines, disconnect; the handlers
  *                    of this layer: sd_conn_link_ops (given to every link)
@@ -387,6 +391,20 @@ struct sd_link_ops {
 	 * memory (NULL when nothing is touched), else why in *nak. */
 	doca_error_t (*mem_acquire)(struct sd_link *link, const struct sd_hdr *h, uint64_t len, uint32_t need,
 				    void **ref, struct sd_nak_info *nak);
+	/* Frames the engine dispatches to the owner (engine/rdma_frames.c): the
+	 * answer to this side's oldest request (its header: set rx_task and
+	 * where the payload goes; then its payload read), a SEND / SEND_IMM
+	 * (header; then its payload, or a WRITE_IMM's immediate once its data
+	 * landed, or a message parked), a one-sided request refused (answer it
+	 * with nak, break the connection), a handshake / provider control frame
+	 * with its payload. Each: 0, or -1 to close the link. */
+	int (*on_response_header)(struct sd_link *link, const struct sd_hdr *h);
+	int (*on_response_done)(struct sd_link *link);
+	int (*on_message_header)(struct sd_link *link, const struct sd_hdr *h);
+	int (*on_message_done)(struct sd_link *link);
+	int (*on_refused)(struct sd_link *link, uint8_t resp_op, const struct sd_hdr *h, uint64_t len,
+			  doca_error_t st, const struct sd_nak_info *nak);
+	int (*on_ctrl)(struct sd_link *link, const struct sd_hdr *h);
 	/* Whether the keepalive watches link: its connection is established. */
 	int (*established)(const struct sd_link *link);
 	/* Watch (on) or stop watching (!on) link's input for the owner's waiters
@@ -852,10 +870,16 @@ doca_error_t sd_eng_attach(struct sd_link_group *group);
 void sd_eng_detach_locked(struct sd_link_group *group, doca_error_t status);
 
 /* ---------------------------------------------------------------- data operations (rdma_wire.c) */
-/* The sd_link_ops handlers of an established link's frames, RNR parking and
- * the posted receives waiting messages (engine lock held). */
-int sd_wire_on_header(struct sd_link *link, doca_error_t *st);
-int sd_wire_on_payload_done(struct sd_link *link, doca_error_t *st);
+/* The sd_link_ops handlers of an established link's answers, messages,
+ * refusals and control frames (engine/rdma_frames.c calls them), RNR parking
+ * and the posted receives waiting messages (engine lock held). */
+int sd_wire_response_header(struct sd_link *link, const struct sd_hdr *h);
+int sd_wire_response_done(struct sd_link *link);
+int sd_wire_message_header(struct sd_link *link, const struct sd_hdr *h);
+int sd_wire_message_done(struct sd_link *link);
+int sd_wire_refused(struct sd_link *link, uint8_t resp_op, const struct sd_hdr *h, uint64_t len, doca_error_t st,
+		    const struct sd_nak_info *nak);
+int sd_wire_ctrl(struct sd_link *link, const struct sd_hdr *h);
 void sd_wire_deliver_parked(struct doca_rdma *rdma);
 void sd_wire_park_expired(struct sd_link *link);
 void sd_wire_abort_rx(struct sd_link *link, doca_error_t status);
@@ -941,6 +965,16 @@ int sd_buf_gather(const struct doca_buf *b, struct iovec *iov, uint32_t max, uin
 int sd_buf_tail(const struct doca_buf *b, struct iovec *iov, uint32_t max, uint64_t *total);
 /* After n bytes landed in the tails: grow data_len of the list in order. */
 void sd_buf_tail_commit(struct doca_buf *b, uint64_t n);
+
+/* ---------------------------------------------------------------- frames (rdma_frames.c) */
+/* The on_header / on_payload_done of an established link's frames: the
+ * connection layer hands these to its links (struct sd_link_ops); what is
+ * not the engine's goes to the owner's on_response_*, on_message_*,
+ * on_refused and on_ctrl. */
+int sd_frames_on_header(struct sd_link *link, doca_error_t *st);
+int sd_frames_on_payload_done(struct sd_link *link, doca_error_t *st);
+/* Whether a frame of this opcode waits while a message is parked on its link. */
+int sd_frames_park_holds(uint8_t op);
 
 /* ---------------------------------------------------------------- one-sided responder (rdma_serve.c) */
 /* A WRITE / WRITE_IMM header: where its payload goes (l->rx_*), or

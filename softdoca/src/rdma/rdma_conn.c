@@ -526,8 +526,8 @@ static int link_rx_watch(struct sd_link *l, int on)
 
 const struct sd_link_ops sd_conn_link_ops = {
 	.on_connected = sd_conn_on_connected,
-	.on_header = sd_wire_on_header,
-	.on_payload_done = sd_wire_on_payload_done,
+	.on_header = sd_frames_on_header,
+	.on_payload_done = sd_frames_on_payload_done,
 	.on_park_expired = sd_wire_park_expired,
 	.on_abort_rx = sd_wire_abort_rx,
 	.on_detached = link_detached,
@@ -537,6 +537,12 @@ const struct sd_link_ops sd_conn_link_ops = {
 	.rx_watch = link_rx_watch,
 	.established = link_established,
 	.mem_acquire = sd_wire_mem_acquire,
+	.on_response_header = sd_wire_response_header,
+	.on_response_done = sd_wire_response_done,
+	.on_message_header = sd_wire_message_header,
+	.on_message_done = sd_wire_message_done,
+	.on_refused = sd_wire_refused,
+	.on_ctrl = sd_wire_ctrl,
 };
 
 static uint64_t rdma_timers(struct sd_link_group *g, uint64_t now)

@@ -1,9 +1,12 @@
 /*
- * softdoca RDMA data operations: the responder / requester side of every
- * operation carried in frames (see rdma.h for the layout; the header codec
- * is in rdma_link.c). The frame handlers of a link (sd_wire_on_header,
- * sd_wire_on_payload_done) and its RNR parking are handed to the links by
- * the connection layer (sd_conn_link_ops).
+ * softdoca RDMA data operations, the DOCA side of the frames (see rdma.h for
+ * the layout; the header codec is in rdma_link.c, the dispatch of an
+ * established link's frames in engine/rdma_frames.c, the one-sided
+ * responder in engine/rdma_serve.c): the handlers the connection layer gives
+ * every link (sd_conn_link_ops) for what needs the DOCA objects: validating a
+ * remote access (sd_wire_mem_acquire), answers that complete this side's
+ * tasks, messages that fill posted receives or park, refusals, control
+ * frames; and RNR parking.
  *
  * Nothing from the wire is trusted: headers are parsed strictly (a malformed
  * frame closes that link only), every remote access is validated by
@@ -13,7 +16,8 @@
  * scratch buffer. The only extra copy is a two-sided message that arrives
  * while no receive is posted (RNR): it is parked on the heap for at most the
  * sender's RNR budget. Meanwhile the link reads on past it for the answers
- * to this side's requests; the peer's next request waits (see park_holds).
+ * to this side's requests; the peer's next request waits (see
+ * sd_frames_park_holds, engine/rdma_frames.c).
  *
  * A refused remote access (or a misaligned remote atomic) is fatal for the
  * connection, as on an RC QP: the target answers with an error response
@@ -197,8 +201,8 @@ doca_error_t sd_wire_mem_acquire(struct sd_link *l, const struct sd_hdr *h, uint
  * its other outstanding work is flushed): answer the error with its reason,
  * then break the connection on this side too; the peer learns of it from
  * the NAK, then from the close. */
-static int access_fail(struct sd_link *l, uint8_t resp_op, const struct sd_hdr *h, uint64_t len, doca_error_t st,
-		       const struct sd_nak_info *nak)
+int sd_wire_refused(struct sd_link *l, uint8_t resp_op, const struct sd_hdr *h, uint64_t len, doca_error_t st,
+		    const struct sd_nak_info *nak)
 {
 	char d[SD_DETAIL_LEN];
 	int rc = respond_nak(l, resp_op, h->req_id, st, nak);
@@ -290,34 +294,9 @@ static void enter_park(struct sd_link *l)
 	l->parked = 1;
 	sd_link_rdma(l)->lg.nparked++;
 	/* a payload left in the socket: nothing behind it can be read; else the
-	 * link reads on (park_holds says what waits) */
+	 * link reads on (sd_frames_park_holds says what waits) */
 	if (l->park_defer)
 		sd_link_set_rx_paused(l, 1);
-}
-
-/* While a message is parked, is a frame of this opcode held back until the
- * parked one is taken or expires? The peer's requests are (they come after
- * the parked message: a send, a write, a read, an atomic, a disconnect...),
- * as an RC QP's RNR stalls the peer's requests; the answers to this side's
- * requests and to its control frames, and keepalive / RNR-wait frames, are
- * not: they are read on, so this side's tasks complete while it has no
- * receive posted. One request header at most is held (the link then stops
- * reading): answers queued behind it wait with it. */
-static int park_holds(uint8_t op)
-{
-	switch (op) {
-	case SD_OP_RESP:
-	case SD_OP_READ_RESP:
-	case SD_OP_ATOMIC_RESP:
-	case SD_OP_PING:
-	case SD_OP_PONG:
-	case SD_OP_RNR_WAIT:
-	case SD_OP_PROV_REVOKE_ACK:
-	case SD_OP_PROV_CHECK_ACK:
-		return 0;
-	default:
-		return 1;
-	}
 }
 
 /* RNR retries exhausted: the sender's op fails with TIME_OUT and the
@@ -364,149 +343,73 @@ static void pop_out(struct sd_link *l)
 	it->next = NULL;
 }
 
-static int on_request_header(struct sd_link *l, const struct sd_hdr *h)
+/* The answer to this side's oldest request arrived (engine/rdma_frames.c,
+ * sd_link_ops.on_response_header): where its payload goes. */
+int sd_wire_response_header(struct sd_link *l, const struct sd_hdr *h)
 {
-	doca_error_t st;
-	struct sd_nak_info nak;
-	int rc;
+	struct sd_rtask *t = expect_resp(l, h);
 
-	switch (h->opcode) {
-	case SD_OP_WRITE:
-	case SD_OP_WRITE_IMM:
-		sd_serve_write(l, h); /* a refusal is answered once its payload is drained */
-		return 0;
-	case SD_OP_SEND:
-	case SD_OP_SEND_IMM: {
-		struct sd_rtask *t = next_recv(sd_link_rdma(l));
-
-		l->rx_action = SD_RXA_SEND;
-		l->rx_status = DOCA_SUCCESS;
-		if (!t) {
-			if (start_park(l, h, 1) != 0) {
-				l->rx_status = DOCA_ERROR_TIME_OUT;
-				l->rx_discard = 1;
-				return 0;
-			}
-			if (l->park_defer) {
-				/* read nothing of it until a receive is posted (sd_wire_deliver_parked) */
-				l->rx_action = SD_RXA_PARK_DEFER;
-				l->rx_iovcnt = 0;
-				enter_park(l);
-				return 0;
-			}
-			l->rx_action = SD_RXA_PARK;
-			l->rx_iov1.iov_base = l->park_buf;
-			l->rx_iov1.iov_len = l->park_len;
-			l->rx_iov = &l->rx_iov1;
-			l->rx_iovcnt = l->park_len ? 1 : 0;
-			return 0;
-		}
-		take_recv(l, t, h);
-		return 0;
-	}
-	case SD_OP_READ:
-		rc = sd_serve_read(l, h, &st, &nak);
-		return rc == 1 ? access_fail(l, SD_OP_READ_RESP, h, h->rlen, st, &nak) : rc;
-	case SD_OP_CMP_SWP:
-	case SD_OP_FETCH_ADD:
-		rc = sd_serve_atomic(l, h, &st, &nak);
-		return rc == 1 ? access_fail(l, SD_OP_ATOMIC_RESP, h, 8, st, &nak) : rc;
-	default:
+	if (!t) {
+		SD_WARN("rdma: unexpected response (opcode %u), closing link", h->opcode);
 		return -1;
 	}
+	l->rx_status = (doca_error_t)h->status;
+	if (h->status != DOCA_SUCCESS || h->opcode == SD_OP_RESP) {
+		if (h->payload_len)
+			return -1;
+		l->rx_action = SD_RXA_NONE;
+		l->rx_task = t;
+		return 0;
+	}
+	l->rx_task = t;
+	if (h->opcode == SD_OP_READ_RESP) {
+		if (h->payload_len != t->xfer_len)
+			return -1;
+		l->rx_action = SD_RXA_READ_RESP;
+		l->rx_iov = t->iov;
+		l->rx_iovcnt = t->iovn;  /* scatter list computed at submit */
+		return 0;
+	}
+	if (h->payload_len != 8)
+		return -1;
+	l->rx_action = SD_RXA_ATOMIC_RESP;
+	l->rx_iov1.iov_base = t->atomic_val;
+	l->rx_iov1.iov_len = 8;
+	l->rx_iov = &l->rx_iov1;
+	l->rx_iovcnt = 1;
+	return 0;
 }
 
-int sd_wire_on_header(struct sd_link *l, doca_error_t *st)
+/* A SEND / SEND_IMM arrived (sd_link_ops.on_message_header): into a posted
+ * receive, parked (RNR), or refused once its payload is drained. */
+int sd_wire_message_header(struct sd_link *l, const struct sd_hdr *h)
 {
-	const struct sd_hdr *h = &l->rx;
-	int established = l->conn && l->conn->state == SDC_ESTABLISHED;
+	struct sd_rtask *t = next_recv(sd_link_rdma(l));
 
-	*st = DOCA_ERROR_CONNECTION_RESET;
-	l->rx_action = SD_RXA_NONE;
-	l->rx_discard = 0;
-	l->rx_iovcnt = 0;
-	l->rx_task = NULL;
-	l->rx_ref = NULL;
+	l->rx_action = SD_RXA_SEND;
 	l->rx_status = DOCA_SUCCESS;
-	if (h->opcode <= SD_OP_CM_RTU) {
-		if (established)
-			return -1;
-		l->rx_action = SD_RXA_CTRL;
-		l->rx_iov1.iov_base = l->ctrl_buf;
-		l->rx_iov1.iov_len = h->payload_len;
-		l->rx_iov = &l->rx_iov1;
-		l->rx_iovcnt = h->payload_len ? 1 : 0;
-		return 0;
-	}
-	if (!established) {
-		SD_WARN("rdma: data frame (opcode %u) on a link that is not established", h->opcode);
-		return -1;
-	}
-	if (l->parked && park_holds(h->opcode))
-		return 1; /* acted on once the parked message is taken or expires (the link keeps the header) */
-	switch (h->opcode) {
-	case SD_OP_PING:
-	case SD_OP_PONG:
-	case SD_OP_RNR_WAIT:
-	case SD_OP_DISCONNECT:
-	case SD_OP_PROV_REVOKE:
-	case SD_OP_PROV_REVOKE_ACK:
-	case SD_OP_PROV_CHECK:
-	case SD_OP_PROV_CHECK_ACK:
-		l->rx_action = SD_RXA_CTRL;
-		return 0;
-	case SD_OP_PROV_ADDR: /* a provider connection's address (rdma_prov.c) */
-		if (!h->payload_len || h->payload_len > (64u << 10) || l->prov_buf)
-			return -1;
-		l->prov_buf = malloc(h->payload_len);
-		if (!l->prov_buf)
-			return -1;
-		l->rx_action = SD_RXA_CTRL;
-		l->rx_iov1.iov_base = l->prov_buf;
-		l->rx_iov1.iov_len = h->payload_len;
-		l->rx_iov = &l->rx_iov1;
-		l->rx_iovcnt = 1;
-		return 0;
-	case SD_OP_RESP:
-	case SD_OP_READ_RESP:
-	case SD_OP_ATOMIC_RESP: {
-		struct sd_rtask *t = expect_resp(l, h);
-
-		if (!t) {
-			SD_WARN("rdma: unexpected response (opcode %u), closing link", h->opcode);
-			return -1;
-		}
-		l->rx_status = (doca_error_t)h->status;
-		if (h->status != DOCA_SUCCESS || h->opcode == SD_OP_RESP) {
-			if (h->payload_len)
-				return -1;
-			l->rx_action = SD_RXA_NONE;
-			l->rx_task = t;
+	if (!t) {
+		if (start_park(l, h, 1) != 0) {
+			l->rx_status = DOCA_ERROR_TIME_OUT;
+			l->rx_discard = 1;
 			return 0;
 		}
-		l->rx_task = t;
-		if (h->opcode == SD_OP_READ_RESP) {
-			if (h->payload_len != t->xfer_len)
-				return -1;
-			l->rx_action = SD_RXA_READ_RESP;
-			l->rx_iov = t->iov;
-			l->rx_iovcnt = t->iovn;  /* scatter list computed at submit */
+		if (l->park_defer) {
+			/* read nothing of it until a receive is posted (sd_wire_deliver_parked) */
+			l->rx_action = SD_RXA_PARK_DEFER;
+			l->rx_iovcnt = 0;
+			enter_park(l);
 			return 0;
 		}
-		if (h->payload_len != 8)
-			return -1;
-		l->rx_action = SD_RXA_ATOMIC_RESP;
-		l->rx_iov1.iov_base = t->atomic_val;
-		l->rx_iov1.iov_len = 8;
+		l->rx_action = SD_RXA_PARK;
+		l->rx_iov1.iov_base = l->park_buf;
+		l->rx_iov1.iov_len = l->park_len;
 		l->rx_iov = &l->rx_iov1;
-		l->rx_iovcnt = 1;
+		l->rx_iovcnt = l->park_len ? 1 : 0;
 		return 0;
 	}
-	default:
-		if (on_request_header(l, h) != 0)
-			return -1;
-		return 0;
-	}
+	take_recv(l, t, h);
+	return 0;
 }
 
 /* ---------------------------------------------------------------- payload done */
@@ -552,73 +455,34 @@ static void complete_response(struct sd_link *l, struct sd_rtask *t, doca_error_
 	}
 }
 
-int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
+/* The payload of a message arrived or waits (sd_link_ops.on_message_done):
+ * a WRITE_IMM's immediate takes a receive, a SEND fills the one it took, a
+ * message without a receive is parked. The sender's acknowledgement is
+ * queued before the receive completes: a receiver that exits right after its
+ * completion does not lose it. */
+int sd_wire_message_done(struct sd_link *l)
 {
 	const struct sd_hdr *h = &l->rx;
 	struct sd_rtask *t = l->rx_task;
 
-	*st = DOCA_ERROR_CONNECTION_RESET;
 	l->rx_task = NULL;
 	switch (l->rx_action) {
-	case SD_RXA_CTRL:
-		switch (h->opcode) {
-		case SD_OP_PING: {
-			struct sd_hdr p = {.opcode = SD_OP_PONG};
-			return sd_link_send_ctrl(l, &p, NULL, 0);
-		}
-		case SD_OP_PONG:
-		case SD_OP_RNR_WAIT:
+	case SD_RXA_WRITE: { /* a WRITE_IMM whose data landed */
+		struct sd_rtask *r = next_recv(sd_link_rdma(l));
+
+		if (r) {
+			recv_result(r, l, h, h->payload_len);
+			respond(l, SD_OP_RESP, h->req_id, l->rx_status);
+			sd_rtask_complete(r, DOCA_SUCCESS);
 			return 0;
-		case SD_OP_DISCONNECT:
-			SD_DBG("rdma: peer disconnected");
-			return -1;
-		case SD_OP_PROV_REVOKE:
-			return l->conn ? sd_prov_on_revoke(l->conn, h) : -1;
-		case SD_OP_PROV_REVOKE_ACK:
-			return l->conn ? sd_prov_on_revoke_ack(l->conn, h) : -1;
-		case SD_OP_PROV_CHECK:
-			return l->conn ? sd_prov_on_check(l->conn, h) : -1;
-		case SD_OP_PROV_CHECK_ACK:
-			return l->conn ? sd_prov_on_check_ack(l->conn, h) : -1;
-		case SD_OP_PROV_ADDR: {
-			int r = l->conn ? sd_prov_on_addr(l->conn, l->prov_buf, h->payload_len) : -1;
-
-			free(l->prov_buf);
-			l->prov_buf = NULL;
-			return r;
+		} else if (start_park(l, h, 0) == 0) {
+			enter_park(l);
+			return 0;
+		} else {
+			rnr_fail(l, h);
+			return 0;
 		}
-		default:
-			return sd_conn_on_handshake(l, h, l->ctrl_buf);
-		}
-	case SD_RXA_WRITE:
-		sd_serve_release(l);
-		if (l->rx_status != DOCA_SUCCESS) {
-			struct sd_nak_info nak = l->rx_nak;
-			struct sd_hdr hh = *h;
-
-			return access_fail(l, SD_OP_RESP, &hh, hh.payload_len, l->rx_status, &nak);
-		}
-		/* the sender's acknowledgement is queued before the receive
-		 * completes: a receiver that exits right after its completion
-		 * does not lose it */
-		if (h->opcode == SD_OP_WRITE_IMM) {
-			struct sd_rtask *r = next_recv(sd_link_rdma(l));
-
-			if (r) {
-				recv_result(r, l, h, h->payload_len);
-				respond(l, SD_OP_RESP, h->req_id, l->rx_status);
-				sd_rtask_complete(r, DOCA_SUCCESS);
-				return 0;
-			} else if (start_park(l, h, 0) == 0) {
-				enter_park(l);
-				return 0;
-			} else {
-				rnr_fail(l, h);
-				return 0;
-			}
-		}
-		respond(l, SD_OP_RESP, h->req_id, l->rx_status);
-		return 0;
+	}
 	case SD_RXA_SEND:
 		if (l->rx_status == DOCA_ERROR_TIME_OUT) {
 			rnr_fail(l, h);
@@ -642,6 +506,19 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 		/* its budget ran out with its payload still in the socket (sd_wire_park_expired): read past */
 		rnr_fail(l, h);
 		return 0;
+	default:
+		return -1;
+	}
+}
+
+/* The answer to this side's request was read (sd_link_ops.on_response_done). */
+int sd_wire_response_done(struct sd_link *l)
+{
+	const struct sd_hdr *h = &l->rx;
+	struct sd_rtask *t = l->rx_task;
+
+	l->rx_task = NULL;
+	switch (l->rx_action) {
 	case SD_RXA_READ_RESP:
 		sd_buf_tail_commit(t->dst, h->payload_len);
 		t->res_len = h->payload_len;
@@ -663,8 +540,33 @@ int sd_wire_on_payload_done(struct sd_link *l, doca_error_t *st)
 			complete_response(l, t, l->rx_status);
 		}
 		return 0;
+	default:
+		return -1;
 	}
-	return -1;
+}
+
+/* A handshake or provider control frame whose payload arrived (sd_link_ops.on_ctrl). */
+int sd_wire_ctrl(struct sd_link *l, const struct sd_hdr *h)
+{
+	switch (h->opcode) {
+	case SD_OP_PROV_REVOKE:
+		return l->conn ? sd_prov_on_revoke(l->conn, h) : -1;
+	case SD_OP_PROV_REVOKE_ACK:
+		return l->conn ? sd_prov_on_revoke_ack(l->conn, h) : -1;
+	case SD_OP_PROV_CHECK:
+		return l->conn ? sd_prov_on_check(l->conn, h) : -1;
+	case SD_OP_PROV_CHECK_ACK:
+		return l->conn ? sd_prov_on_check_ack(l->conn, h) : -1;
+	case SD_OP_PROV_ADDR: {
+		int r = l->conn ? sd_prov_on_addr(l->conn, l->prov_buf, h->payload_len) : -1;
+
+		free(l->prov_buf);
+		l->prov_buf = NULL;
+		return r;
+	}
+	default:
+		return sd_conn_on_handshake(l, h, l->ctrl_buf);
+	}
 }
 
 /* ---------------------------------------------------------------- parking */
