@@ -77,10 +77,7 @@ int sd_frames_on_header(struct sd_link *l, doca_error_t *st)
 		if (established)
 			return -1;
 		l->rx_action = SD_RXA_CTRL;
-		l->rx_iov1.iov_base = l->ctrl_buf;
-		l->rx_iov1.iov_len = h->payload_len;
-		l->rx_iov = &l->rx_iov1;
-		l->rx_iovcnt = h->payload_len ? 1 : 0;
+		sd_link_rx_into(l, l->ctrl_buf, h->payload_len);
 		return 0;
 	}
 	if (!established) {
@@ -107,10 +104,7 @@ int sd_frames_on_header(struct sd_link *l, doca_error_t *st)
 		if (!l->prov_buf)
 			return -1;
 		l->rx_action = SD_RXA_CTRL;
-		l->rx_iov1.iov_base = l->prov_buf;
-		l->rx_iov1.iov_len = h->payload_len;
-		l->rx_iov = &l->rx_iov1;
-		l->rx_iovcnt = 1;
+		sd_link_rx_into(l, l->prov_buf, h->payload_len);
 		return 0;
 	case SD_OP_RESP:
 	case SD_OP_READ_RESP:

@@ -42,10 +42,7 @@ void sd_serve_write(struct sd_link *l, const struct sd_hdr *h)
 	l->rx_status = l->ops->mem_acquire(l, h, h->payload_len, DOCA_ACCESS_FLAG_RDMA_WRITE, &ref, &l->rx_nak);
 	if (l->rx_status == DOCA_SUCCESS && h->payload_len) {
 		l->rx_ref = ref;
-		l->rx_iov1.iov_base = (void *)(uintptr_t)h->raddr;
-		l->rx_iov1.iov_len = h->payload_len;
-		l->rx_iov = &l->rx_iov1;
-		l->rx_iovcnt = 1;
+		sd_link_rx_into(l, (void *)(uintptr_t)h->raddr, h->payload_len);
 	} else {
 		if (ref)
 			l->ops->release_ref(ref);

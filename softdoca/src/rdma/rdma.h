@@ -669,6 +669,15 @@ struct doca_rdma {
 	struct sd_event *ev_head, *ev_tail;
 };
 
+/* The payload of the frame being read goes into one buffer (none when len is 0). */
+static inline void sd_link_rx_into(struct sd_link *link, void *buf, size_t len)
+{
+	link->rx_iov1.iov_base = buf;
+	link->rx_iov1.iov_len = len;
+	link->rx_iov = &link->rx_iov1;
+	link->rx_iovcnt = len ? 1 : 0;
+}
+
 /* The context of a group, of the group of a link. */
 static inline struct doca_rdma *sd_group_rdma(const struct sd_link_group *group)
 {

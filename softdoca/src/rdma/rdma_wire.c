@@ -373,10 +373,7 @@ int sd_wire_response_header(struct sd_link *l, const struct sd_hdr *h)
 	if (h->payload_len != 8)
 		return -1;
 	l->rx_action = SD_RXA_ATOMIC_RESP;
-	l->rx_iov1.iov_base = t->atomic_val;
-	l->rx_iov1.iov_len = 8;
-	l->rx_iov = &l->rx_iov1;
-	l->rx_iovcnt = 1;
+	sd_link_rx_into(l, t->atomic_val, 8);
 	return 0;
 }
 
@@ -402,10 +399,7 @@ int sd_wire_message_header(struct sd_link *l, const struct sd_hdr *h)
 			return 0;
 		}
 		l->rx_action = SD_RXA_PARK;
-		l->rx_iov1.iov_base = l->park_buf;
-		l->rx_iov1.iov_len = l->park_len;
-		l->rx_iov = &l->rx_iov1;
-		l->rx_iovcnt = l->park_len ? 1 : 0;
+		sd_link_rx_into(l, l->park_buf, l->park_len);
 		return 0;
 	}
 	take_recv(l, t, h);
