@@ -6,10 +6,11 @@
  * operations straight into / out of registered memory, so they complete
  * without the target progressing.
  *
- * It calls the layers below it (links, rx framing, engine services) and
- * reaches the connection layer only through the handlers that one registers:
- * a link's sd_link_ops, a listener's sd_ep.on_event, a context's
- * sd_rdma_ops (rdma->eng_ops).
+ * It calls the layers below it (frames, links, rx framing, same-host
+ * transport, engine services) and reaches the connection layer only through
+ * the handlers that one registers: a link's sd_link_ops, a listener's
+ * sd_ep.on_event, a context's sd_rdma_ops (its group's eng_ops). It knows
+ * contexts only as groups of links (struct sd_link_group).
  *
  * Lifetime: started lazily by the first doca_ctx_start of an rdma context,
  * stopped and joined when the last doca_rdma is destroyed. It never blocks

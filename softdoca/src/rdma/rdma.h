@@ -1074,7 +1074,7 @@ static inline struct sd_rtask *sd_rdma_pop_recv(struct doca_rdma *rdma)
 }
 
 /* Receives were posted: hand them the messages parked by the provider path
- * (rdma_pmsg.c; rdma->nparked counts them with the native link's). */
+ * (rdma_pmsg.c; rdma->lg.nparked counts them with the native link's). */
 void sd_pm_deliver(struct doca_rdma *rdma);
 /* When the provider path's oldest parked message of rdma came (0: none), and
  * hand it to the oldest posted receive (0: nothing parked or posted). */
