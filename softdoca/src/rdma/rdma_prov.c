@@ -656,10 +656,11 @@ int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len
 
 static void fail_ops(struct doca_rdma_connection *c, doca_error_t status);
 
-/* Provider connections whose DOCA connection ended before they were up: UCX
- * 1.13 aborts the process when an endpoint closes in the middle of its wire-up
- * ("got REP message"), so such a connection is closed once it is established,
- * has failed, or after the engine timeout. */
+/* Provider connections whose DOCA connection ended while they were in their
+ * wire-up (conn_connect called, not up yet): UCX 1.13 aborts the process when
+ * an endpoint closes in the middle of its wire-up ("got REP message"), so such
+ * a connection is closed once it is established, has failed, or after the
+ * engine timeout. */
 struct pdefer {
 	struct pdefer *next;
 	struct sd_prov_conn *pc;
@@ -746,7 +747,14 @@ void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status, int l
 		sd_conn_unref(c);
 	}
 	if (c->pconn && P.p) {
-		struct pdefer *d = c->pready ? NULL : calloc(1, sizeof(*d));
+		/* deferred: one in its wire-up (conn_connect called, not up yet). One that never got the
+		 * peer's address is in none (ucx: no endpoint yet; ofi: no fi_connect / fi_accept, and a
+		 * peer's request it kept is refused, which fails the peer's at once): closed now. Deferred
+		 * too, such connections of every DOCA connection that ended right after it was established
+		 * stayed open for the engine timeout each: thousands at once in a connect / close loop
+		 * (test_rdma.c's cycles), with their endpoints under ofi (32 receive buffers of 16 kB each),
+		 * the freed heap of that peak kept by malloc as RSS. */
+		struct pdefer *d = c->pready || !c->paddr_seen ? NULL : calloc(1, sizeof(*d));
 
 		if (d) {
 			d->pc = c->pconn;

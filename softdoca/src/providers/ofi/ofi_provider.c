@@ -1203,6 +1203,28 @@ doca_error_t ofi_op_write_imm(struct sd_prov_conn *, const struct sd_prov_iov *,
 doca_error_t ofi_op_flush(struct sd_prov_conn *, void *);
 void ofi_op_rx_resume(struct sd_prov_conn *);
 
+/* Diagnostics (softdoca_debug_counter("provider:<name>")): "live_conns" (connections of the instance, closed
+ * ones included until freed), "live_eps" (MSG: the connections' own endpoints, each with its CQ and its
+ * OFI_RX_MSG receive buffers; -1 under RDM), "conn_requests" (peers' connection requests kept, each holding
+ * the provider's handle: tcp, an accepted socket), "conns_new" (open connections that never got the peer's
+ * address: conn_connect not called). */
+static long o_counter(struct sd_prov *p, const char *name)
+{
+	int k = !strcmp(name, "live_conns")      ? 1
+		: !strcmp(name, "live_eps")      ? 2
+		: !strcmp(name, "conn_requests") ? 3
+		: !strcmp(name, "conns_new")     ? 4
+						 : 0;
+	long n = 0;
+
+	if (!k || (k == 2 && p->ch.ep_type != FI_EP_MSG))
+		return -1;
+	for (struct sd_prov_conn *c = p->conns; c; c = c->next)
+		n += k == 1 || (k == 2 && c->ep && c->ep != p->ep) || (k == 3 && c->info) ||
+		     (k == 4 && c->state == CS_NEW && !c->user_closed);
+	return n;
+}
+
 const struct sd_provider_ops sd_provider_ofi = {
 	.name = OFI_PROV_NAME,
 	.abi = SD_PROV_ABI,
@@ -1238,4 +1260,5 @@ const struct sd_provider_ops sd_provider_ofi = {
 	.flush = ofi_op_flush,
 	.rx_resume = ofi_op_rx_resume,
 	.live = ofi_live,
+	.counter = o_counter,
 };

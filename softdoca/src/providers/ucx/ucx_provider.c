@@ -599,7 +599,8 @@ static void u_rkey_release(struct sd_prov *p, struct sd_prov_rkey *rk)
 /* "worker_swaps", "probes" (ucx_worker.c); "amw_batches", "amw_writes" (ucx_amw.c: batches sent, writes
  * sent in them); "live_eps" (UCP endpoints created and not closed yet), "ep_graceful" (forced closes UCX
  * refused and that were done after a flush: ux_ep_close); "live_conns", "live_links", "live_workers"
- * (objects of the instance, closed connections included until they are freed). */
+ * (objects of the instance, closed connections included until they are freed); "conns_new" (open
+ * connections that never got the peer's address: conn_connect not called). */
 static long u_counter(struct sd_prov *p, const char *name)
 {
 	if (!strcmp(name, "worker_swaps"))
@@ -614,6 +615,13 @@ static long u_counter(struct sd_prov *p, const char *name)
 		return p->eps;
 	if (!strcmp(name, "ep_graceful"))
 		return (long)p->ep_graceful;
+	if (!strcmp(name, "conns_new")) {
+		long n = 0;
+
+		for (struct uconn *c = p->conns; c; c = c->next)
+			n += c->state == CS_NEW && !c->closed_by_user;
+		return n;
+	}
 	if (!strcmp(name, "live_conns") || !strcmp(name, "live_links") || !strcmp(name, "live_workers")) {
 		long n = 0;
 
