@@ -1,5 +1,6 @@
 /*
- * softdoca engine: the frames of an established link, read by the rx
+ * softdoca engine: the frames of a link (its handshake's, then those of the
+ * established connection), read by the rx
  * framing (rdma_rx.c) and dispatched here (the link's on_header /
  * on_payload_done, which the connection layer points at these two). Kept
  * here: the handshake frames' buffer, keepalive (PING / PONG), RNR_WAIT,

@@ -36,7 +36,7 @@
  *   rdma_rx.c        reads: staging buffer, direct payload reads; hands each
  *                    frame to the link's on_header / on_payload_done
  * 5 frames [engine/]
- *   rdma_frames.c    an established link's frames: keepalive, RNR_WAIT,
+ *   rdma_frames.c    a link's frames: handshake buffers, keepalive, RNR_WAIT,
  *                    DISCONNECT, the requests held behind a parked message,
  *                    the rest handed to the one-sided responder or to the
  *                    link's owner (answers, messages, refusals, control)
@@ -976,7 +976,8 @@ int sd_buf_tail(const struct doca_buf *b, struct iovec *iov, uint32_t max, uint6
 void sd_buf_tail_commit(struct doca_buf *b, uint64_t n);
 
 /* ---------------------------------------------------------------- frames (rdma_frames.c) */
-/* The on_header / on_payload_done of an established link's frames: the
+/* The on_header / on_payload_done of a link's frames (the handshake's
+ * before it is established, the rest after): the
  * connection layer hands these to its links (struct sd_link_ops); what is
  * not the engine's goes to the owner's on_response_*, on_message_*,
  * on_refused and on_ctrl. */
