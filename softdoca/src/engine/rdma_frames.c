@@ -1,8 +1,8 @@
 /*
  * softdoca engine: the frames of a link (its handshake's, then those of the
- * established connection), read by the rx
- * framing (rdma_rx.c) and dispatched here (the link's on_header /
- * on_payload_done, which the connection layer points at these two). Kept
+ * established connection), read by the rx framing (rdma_rx.c) and
+ * dispatched here (the link's on_header / on_payload_done, which the
+ * connection layer points at these two). Kept
  * here: the handshake frames' buffer, keepalive (PING / PONG), RNR_WAIT,
  * DISCONNECT, a provider address's buffer, the peer's requests held behind
  * a parked message (sd_frames_park_holds), and the one-sided requests
