@@ -4,8 +4,10 @@
  * dispatched here (the link's on_header / on_payload_done, which the
  * connection layer points at these two). Kept
  * here: the handshake frames' buffer, keepalive (PING / PONG), RNR_WAIT,
- * DISCONNECT, a provider address's buffer, the peer's requests held behind
- * a parked message (sd_frames_park_holds), and the one-sided requests
+ * DISCONNECT, a provider address's buffer, RNR parking (a message with no
+ * receive posted: its budget, its payload's place, its expiry, the sender's
+ * failure), the peer's requests held behind a parked message
+ * (sd_frames_park_holds), and the one-sided requests
  * (rdma_serve.c). Handed to the link's owner (struct sd_link_ops): the
  * answers to this side's requests (on_response_*), the peer's messages
  * (on_message_*: sends, a write's immediate, parking), refused requests
@@ -174,4 +176,93 @@ int sd_frames_on_payload_done(struct sd_link *l, doca_error_t *st)
 		return l->ops->on_response_done(l);
 	}
 	return -1;
+}
+
+/* ---------------------------------------------------------------- RNR parking */
+/* A two-sided message (with_payload: a SEND's; else a WRITE_IMM's immediate)
+ * with no receive posted: park it for the sender's RNR budget (at most the
+ * engine timeout), its payload on the heap, or left in the socket when the
+ * process's parks are full. -1: no budget (or no memory): RNR at once. */
+int sd_frames_park_start(struct sd_link *l, const struct sd_hdr *h, int with_payload)
+{
+	uint64_t budget = h->budget_ms, T = sd_eng_timeout_ns() / 1000000ull;
+
+	if (budget > T)
+		budget = T;
+	if (budget == 0 || (with_payload && h->payload_len > SD_RDMA_MAX_PARK))
+		return -1;
+	l->park = *h;
+	l->park_len = with_payload ? h->payload_len : 0;
+	l->park_defer = 0;
+	if (l->park_len && sd_link_park_bytes() + l->park_len > sd_link_park_limit()) {
+		l->park_defer = 1; /* the process's parks are full: the payload waits in the socket */
+		l->park_len = 0;
+	} else if (l->park_len && !sd_link_park_alloc(l, l->park_len)) {
+		return -1;
+	}
+	l->park_since_ns = sd_now_ns();
+	l->park_deadline_ns = l->park_since_ns + budget * 1000000ull;
+	l->park_nak_ns = l->park_since_ns + sd_eng_timeout_ns() / 4;
+	return 0;
+}
+
+void sd_frames_park_enter(struct sd_link *l)
+{
+	l->parked = 1;
+	l->group->nparked++;
+	/* a payload left in the socket: nothing behind it can be read; else the
+	 * link reads on (sd_frames_park_holds says what waits) */
+	if (l->park_defer)
+		sd_link_set_rx_paused(l, 1);
+}
+
+void sd_frames_unpark(struct sd_link *l)
+{
+	sd_link_unpark(l);
+	sd_link_set_rx_paused(l, 0);
+}
+
+/* RNR retries exhausted: the sender's op fails with TIME_OUT and the
+ * connection breaks on both sides. */
+void sd_frames_rnr_fail(struct sd_link *l, const struct sd_hdr *h)
+{
+	struct sd_hdr r = {.opcode = SD_OP_RESP, .req_id = h->req_id, .status = (uint32_t)DOCA_ERROR_TIME_OUT};
+
+	SD_WARN("rdma: no receive posted within the sender's RNR budget (%u ms), breaking the connection",
+		h->budget_ms);
+	sd_link_send_ctrl(l, &r, NULL, 0);
+	sd_link_set_why(l, "RNR retry exceeded: no receive was posted here within the sender's budget (%u ms)",
+			h->budget_ms);
+	sd_link_drain(l, DOCA_ERROR_CONNECTION_RESET);
+}
+
+/* The message parked on l outlived its RNR budget (the engine's timers). */
+void sd_frames_park_expired(struct sd_link *l)
+{
+	struct sd_hdr h = l->park;
+
+	if (l->park_defer) {
+		/* the payload is still in the socket: read past it first (its sender's request is answered
+		 * once it went out whole: SD_RXA_PARK_DEFER), and within the timeout */
+		sd_frames_unpark(l);
+		l->rx_discard = 1;
+		l->deadline_ns = sd_now_ns() + sd_eng_timeout_ns();
+		return;
+	}
+	sd_frames_unpark(l);
+	sd_frames_rnr_fail(l, &h);
+}
+
+/* The group's link whose message has been parked longest (NULL: none). */
+struct sd_link *sd_frames_oldest_parked(const struct sd_link_group *g)
+{
+	struct sd_link *best = NULL;
+
+	for (struct sd_link *l = g->links; l; l = l->next) {
+		if (!l->parked || l->dead)
+			continue;
+		if (!best || l->park_since_ns < best->park_since_ns)
+			best = l;
+	}
+	return best;
 }

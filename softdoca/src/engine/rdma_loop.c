@@ -226,7 +226,7 @@ static uint64_t link_timers(struct sd_link *l, uint64_t now, uint64_t T)
 	}
 	if (l->parked) {
 		if (now >= l->park_deadline_ns) {
-			l->ops->on_park_expired(l);
+			sd_frames_park_expired(l);
 			return l->dead ? 0 : now + 1000000;
 		}
 		if (now >= l->park_nak_ns) {

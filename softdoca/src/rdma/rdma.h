@@ -37,9 +37,10 @@
  *                    frame to the link's on_header / on_payload_done
  * 5 frames [engine/]
  *   rdma_frames.c    a link's frames: handshake buffers, keepalive, RNR_WAIT,
- *                    DISCONNECT, the requests held behind a parked message,
- *                    the rest handed to the one-sided responder or to the
- *                    link's owner (answers, messages, refusals, control)
+ *                    DISCONNECT, RNR parking and the requests held behind a
+ *                    parked message; the rest handed to the one-sided
+ *                    responder or to the link's owner (answers, messages,
+ *                    refusals, control)
  *   rdma_serve.c     WRITE payload destinations, READ answers out of target
  *                    memory, remote atomics; each validated by the link's
  *                    owner (sd_link_ops.mem_acquire), refusals returned to it
@@ -370,8 +371,6 @@ struct sd_link_ops {
 	int (*on_header)(struct sd_link *link, doca_error_t *st);
 	/* The payload of that frame was received (or drained). -1: close. */
 	int (*on_payload_done)(struct sd_link *link, doca_error_t *st);
-	/* The message parked on link outlived its RNR budget. */
-	void (*on_park_expired)(struct sd_link *link);
 	/* link closes or drains: let go of the frame being received, failing
 	 * its receive with status. */
 	void (*on_abort_rx)(struct sd_link *link, doca_error_t status);
@@ -890,7 +889,6 @@ int sd_wire_refused(struct sd_link *link, uint8_t resp_op, const struct sd_hdr *
 		    const struct sd_nak_info *nak);
 int sd_wire_ctrl(struct sd_link *link, const struct sd_hdr *h);
 void sd_wire_deliver_parked(struct doca_rdma *rdma);
-void sd_wire_park_expired(struct sd_link *link);
 void sd_wire_abort_rx(struct sd_link *link, doca_error_t status);
 doca_error_t sd_wire_mem_acquire(struct sd_link *link, const struct sd_hdr *h, uint64_t len, uint32_t need,
 				 void **ref, struct sd_nak_info *nak);
@@ -985,6 +983,17 @@ int sd_frames_on_header(struct sd_link *link, doca_error_t *st);
 int sd_frames_on_payload_done(struct sd_link *link, doca_error_t *st);
 /* Whether a frame of this opcode waits while a message is parked on its link. */
 int sd_frames_park_holds(uint8_t op);
+/* RNR parking (a message with no receive posted): start (0, or -1: RNR at
+ * once), enter (the link parked: counted in its group, paused when the
+ * payload waits in the socket), leave, fail the sender (TIME_OUT answer,
+ * the connection drained), the budget ran out (engine timers), the group's
+ * oldest park. */
+int sd_frames_park_start(struct sd_link *link, const struct sd_hdr *h, int with_payload);
+void sd_frames_park_enter(struct sd_link *link);
+void sd_frames_unpark(struct sd_link *link);
+void sd_frames_rnr_fail(struct sd_link *link, const struct sd_hdr *h);
+void sd_frames_park_expired(struct sd_link *link);
+struct sd_link *sd_frames_oldest_parked(const struct sd_link_group *group);
 
 /* ---------------------------------------------------------------- one-sided responder (rdma_serve.c) */
 /* A WRITE / WRITE_IMM header: where its payload goes (l->rx_*), or

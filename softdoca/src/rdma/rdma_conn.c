@@ -528,7 +528,6 @@ const struct sd_link_ops sd_conn_link_ops = {
 	.on_connected = sd_conn_on_connected,
 	.on_header = sd_frames_on_header,
 	.on_payload_done = sd_frames_on_payload_done,
-	.on_park_expired = sd_wire_park_expired,
 	.on_abort_rx = sd_wire_abort_rx,
 	.on_detached = link_detached,
 	.on_free = link_free,

@@ -265,52 +265,6 @@ static struct sd_rtask *next_recv(struct doca_rdma *rdma)
 	return sd_rdma_pop_recv(rdma);
 }
 
-/* Two-sided message with no receive posted: park it, or fail if no budget. */
-static int start_park(struct sd_link *l, const struct sd_hdr *h, int with_payload)
-{
-	uint64_t budget = h->budget_ms, T = sd_eng_timeout_ns() / 1000000ull;
-
-	if (budget > T)
-		budget = T;
-	if (budget == 0 || (with_payload && h->payload_len > SD_RDMA_MAX_PARK))
-		return -1;
-	l->park = *h;
-	l->park_len = with_payload ? h->payload_len : 0;
-	l->park_defer = 0;
-	if (l->park_len && sd_link_park_bytes() + l->park_len > sd_link_park_limit()) {
-		l->park_defer = 1; /* the process's parks are full: the payload waits in the socket */
-		l->park_len = 0;
-	} else if (l->park_len && !sd_link_park_alloc(l, l->park_len)) {
-		return -1;
-	}
-	l->park_since_ns = sd_now_ns();
-	l->park_deadline_ns = l->park_since_ns + budget * 1000000ull;
-	l->park_nak_ns = l->park_since_ns + sd_eng_timeout_ns() / 4;
-	return 0;
-}
-
-static void enter_park(struct sd_link *l)
-{
-	l->parked = 1;
-	sd_link_rdma(l)->lg.nparked++;
-	/* a payload left in the socket: nothing behind it can be read; else the
-	 * link reads on (sd_frames_park_holds says what waits) */
-	if (l->park_defer)
-		sd_link_set_rx_paused(l, 1);
-}
-
-/* RNR retries exhausted: the sender's op fails with TIME_OUT and the
- * connection breaks on both sides. */
-static void rnr_fail(struct sd_link *l, const struct sd_hdr *h)
-{
-	SD_WARN("rdma: no receive posted within the sender's RNR budget (%u ms), breaking the connection",
-		h->budget_ms);
-	respond(l, SD_OP_RESP, h->req_id, DOCA_ERROR_TIME_OUT);
-	sd_link_set_why(l, "RNR retry exceeded: no receive was posted here within the sender's budget (%u ms)",
-			h->budget_ms);
-	sd_link_drain(l, DOCA_ERROR_CONNECTION_RESET);
-}
-
 /* ---------------------------------------------------------------- header */
 static struct sd_rtask *expect_resp(struct sd_link *l, const struct sd_hdr *h)
 {
@@ -386,7 +340,7 @@ int sd_wire_message_header(struct sd_link *l, const struct sd_hdr *h)
 	l->rx_action = SD_RXA_SEND;
 	l->rx_status = DOCA_SUCCESS;
 	if (!t) {
-		if (start_park(l, h, 1) != 0) {
+		if (sd_frames_park_start(l, h, 1) != 0) {
 			l->rx_status = DOCA_ERROR_TIME_OUT;
 			l->rx_discard = 1;
 			return 0;
@@ -395,7 +349,7 @@ int sd_wire_message_header(struct sd_link *l, const struct sd_hdr *h)
 			/* read nothing of it until a receive is posted (sd_wire_deliver_parked) */
 			l->rx_action = SD_RXA_PARK_DEFER;
 			l->rx_iovcnt = 0;
-			enter_park(l);
+			sd_frames_park_enter(l);
 			return 0;
 		}
 		l->rx_action = SD_RXA_PARK;
@@ -469,17 +423,17 @@ int sd_wire_message_done(struct sd_link *l)
 			respond(l, SD_OP_RESP, h->req_id, l->rx_status);
 			sd_rtask_complete(r, DOCA_SUCCESS);
 			return 0;
-		} else if (start_park(l, h, 0) == 0) {
-			enter_park(l);
+		} else if (sd_frames_park_start(l, h, 0) == 0) {
+			sd_frames_park_enter(l);
 			return 0;
 		} else {
-			rnr_fail(l, h);
+			sd_frames_rnr_fail(l, h);
 			return 0;
 		}
 	}
 	case SD_RXA_SEND:
 		if (l->rx_status == DOCA_ERROR_TIME_OUT) {
-			rnr_fail(l, h);
+			sd_frames_rnr_fail(l, h);
 			return 0;
 		}
 		if (l->rx_status != DOCA_SUCCESS) {
@@ -494,11 +448,11 @@ int sd_wire_message_done(struct sd_link *l)
 		}
 		return 0;
 	case SD_RXA_PARK:
-		enter_park(l);
+		sd_frames_park_enter(l);
 		return 0;
 	case SD_RXA_PARK_DEFER:
 		/* its budget ran out with its payload still in the socket (sd_wire_park_expired): read past */
-		rnr_fail(l, h);
+		sd_frames_rnr_fail(l, h);
 		return 0;
 	default:
 		return -1;
@@ -564,25 +518,6 @@ int sd_wire_ctrl(struct sd_link *l, const struct sd_hdr *h)
 }
 
 /* ---------------------------------------------------------------- parking */
-static struct sd_link *oldest_parked(struct doca_rdma *rdma)
-{
-	struct sd_link *best = NULL;
-
-	for (struct sd_link *l = rdma->lg.links; l; l = l->next) {
-		if (!l->parked || l->dead)
-			continue;
-		if (!best || l->park_since_ns < best->park_since_ns)
-			best = l;
-	}
-	return best;
-}
-
-static void unpark(struct sd_link *l)
-{
-	sd_link_unpark(l);
-	sd_link_set_rx_paused(l, 0);
-}
-
 /* A message whose payload waited in the socket gets receive t: the link reads
  * the payload straight into it (or, too small, drains it and refuses it with
  * the receive's room), as if t had been posted when the message came. */
@@ -592,13 +527,13 @@ static void deliver_deferred(struct sd_link *l, struct sd_rtask *t)
 	l->rx_status = DOCA_SUCCESS;
 	take_recv(l, t, &l->rx);
 	l->last_rx_ns = sd_now_ns(); /* the rest of the payload is due from now (the keepalive) */
-	unpark(l);
+	sd_frames_unpark(l);
 }
 
 void sd_wire_deliver_parked(struct doca_rdma *rdma)
 {
 	while (rdma->lg.nparked && rdma->rq_head) {
-		struct sd_link *l = oldest_parked(rdma);
+		struct sd_link *l = sd_frames_oldest_parked(&rdma->lg);
 		struct sd_rtask *t;
 		doca_error_t st = DOCA_SUCCESS;
 		uint64_t pm = sd_pm_oldest_ns(rdma);
@@ -648,27 +583,11 @@ void sd_wire_deliver_parked(struct doca_rdma *rdma)
 				      (unsigned long long)cap, l->park_len);
 			respond_nak(l, SD_OP_RESP, l->park.req_id, st, &nak);
 		}
-		unpark(l);
+		sd_frames_unpark(l);
 		sd_link_flush(l);
 	}
 	if (rdma->lg.nparked && rdma->rq_head)
 		sd_pm_deliver(rdma);
-}
-
-void sd_wire_park_expired(struct sd_link *l)
-{
-	struct sd_hdr h = l->park;
-
-	if (l->park_defer) {
-		/* the payload is still in the socket: read past it first (its sender's request is answered
-		 * once it went out whole: SD_RXA_PARK_DEFER), and within the timeout */
-		unpark(l);
-		l->rx_discard = 1;
-		l->deadline_ns = sd_now_ns() + sd_eng_timeout_ns();
-		return;
-	}
-	unpark(l);
-	rnr_fail(l, &h);
 }
 
 void sd_wire_abort_rx(struct sd_link *l, doca_error_t status)
