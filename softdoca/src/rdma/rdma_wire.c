@@ -1,12 +1,13 @@
 /*
  * softdoca RDMA data operations, the DOCA side of the frames (see rdma.h for
- * the layout; the header codec is in rdma_link.c, the dispatch of an
- * established link's frames in engine/rdma_frames.c, the one-sided
+ * the layout; the header codec is in rdma_link.c, the dispatch of a link's
+ * frames and the RNR park rules in engine/rdma_frames.c, the one-sided
  * responder in engine/rdma_serve.c): the handlers the connection layer gives
  * every link (sd_conn_link_ops) for what needs the DOCA objects: validating a
  * remote access (sd_wire_mem_acquire), answers that complete this side's
  * tasks, messages that fill posted receives or park, refusals, control
- * frames; and RNR parking.
+ * frames; and parked messages handed to receives posted later
+ * (sd_wire_deliver_parked).
  *
  * Nothing from the wire is trusted: headers are parsed strictly (a malformed
  * frame closes that link only), every remote access is validated by
@@ -451,7 +452,7 @@ int sd_wire_message_done(struct sd_link *l)
 		sd_frames_park_enter(l);
 		return 0;
 	case SD_RXA_PARK_DEFER:
-		/* its budget ran out with its payload still in the socket (sd_wire_park_expired): read past */
+		/* its budget ran out with its payload still in the socket (sd_frames_park_expired): read past */
 		sd_frames_rnr_fail(l, h);
 		return 0;
 	default:
