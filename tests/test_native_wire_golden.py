@@ -45,7 +45,7 @@ OP = {"HELLO": 1, "HELLO_ACK": 2, "CM_REQ": 3, "CM_ACCEPT": 4, "CM_REJECT": 5, "
       "WRITE_IMM": 17, "SEND": 18, "SEND_IMM": 19, "READ": 20, "CMP_SWP": 21, "FETCH_ADD": 22, "RESP": 32,
       "READ_RESP": 33, "ATOMIC_RESP": 34, "PING": 48, "PONG": 49, "RNR_WAIT": 50, "DISCONNECT": 51}
 OPNAME = {v: k for k, v in OP.items()}
-NAK_BOUNDS = 5                          # enum sd_nak
+NAK_BOUNDS = 5                          # enum sd_prov_nak_code (providers/provider.h)
 DOCA_ERROR_NOT_PERMITTED = 2            # doca_error_t
 KEEPALIVE = ("PING", "PONG")
 
@@ -376,7 +376,7 @@ def test_native_wire_oob_handshake_ops_and_nak() -> None:
         check_response(f, req, payload)
 
     # the refused write: a request as any (the forged length is not on the wire), answered with the NAK:
-    # status NOT_PERMITTED, arg0 = SD_NAK_BOUNDS, arg1 = the map's permissions, map id / base / length of the map
+    # status NOT_PERMITTED, arg0 = SD_PROV_NAK_BOUNDS, arg1 = the map's permissions, map id / base / length of the map
     check_request(reqs[-1], {"kind": "write", "off": SIZE, "data": "ff" * 8}, desc, len(OPS) + 1)
     n = resps[-1]
     assert (n["op"], n["req_id"], n["status"], n["payload_len"]) == ("RESP", len(OPS) + 1, DOCA_ERROR_NOT_PERMITTED, 0)

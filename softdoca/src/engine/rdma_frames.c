@@ -48,7 +48,7 @@ int sd_frames_park_holds(uint8_t op)
 /* A one-sided READ or atomic: answered, or refused through the owner. */
 static int request(struct sd_link *l, const struct sd_hdr *h)
 {
-	struct sd_nak_info nak;
+	struct sd_prov_nak nak;
 	doca_error_t st = DOCA_SUCCESS;
 	int rc;
 
@@ -153,7 +153,7 @@ int sd_frames_on_payload_done(struct sd_link *l, doca_error_t *st)
 	case SD_RXA_WRITE:
 		sd_serve_release(l);
 		if (l->rx_status != DOCA_SUCCESS) {
-			struct sd_nak_info nak = l->rx_nak;
+			struct sd_prov_nak nak = l->rx_nak;
 			struct sd_hdr hh = *h;
 
 			return l->ops->on_refused(l, SD_OP_RESP, &hh, hh.payload_len, l->rx_status, &nak);

@@ -10,7 +10,7 @@
  *
  * This module knows no DOCA object (tests/test_softdoca_layers.py checks
  * it): a refusal is returned to the caller with its reason (struct
- * sd_nak_info), and the caller answers it and breaks the connection (RC
+ * sd_prov_nak), and the caller answers it and breaks the connection (RC
  * semantics, rdma/rdma_wire.c).
  */
 #include "rdma.h"
@@ -58,7 +58,7 @@ void sd_serve_release(struct sd_link *l)
 	}
 }
 
-int sd_serve_read(struct sd_link *l, const struct sd_hdr *h, doca_error_t *st, struct sd_nak_info *nak)
+int sd_serve_read(struct sd_link *l, const struct sd_hdr *h, doca_error_t *st, struct sd_prov_nak *nak)
 {
 	struct sd_hdr r = {.opcode = SD_OP_READ_RESP, .req_id = h->req_id};
 	struct sd_txitem *it;
@@ -90,7 +90,7 @@ int sd_serve_read(struct sd_link *l, const struct sd_hdr *h, doca_error_t *st, s
 	return 0;
 }
 
-int sd_serve_atomic(struct sd_link *l, const struct sd_hdr *h, doca_error_t *st, struct sd_nak_info *nak)
+int sd_serve_atomic(struct sd_link *l, const struct sd_hdr *h, doca_error_t *st, struct sd_prov_nak *nak)
 {
 	struct sd_hdr r = {.opcode = SD_OP_ATOMIC_RESP, .req_id = h->req_id};
 	uint8_t val[8];
@@ -100,7 +100,7 @@ int sd_serve_atomic(struct sd_link *l, const struct sd_hdr *h, doca_error_t *st,
 	if (h->raddr % 8 != 0) {
 		*st = DOCA_ERROR_INVALID_VALUE;
 		memset(nak, 0, sizeof(*nak));
-		nak->code = SD_NAK_ALIGN;
+		nak->code = SD_PROV_NAK_ALIGN;
 		nak->map_id = h->map_id;
 		return 1;
 	}

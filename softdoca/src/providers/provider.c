@@ -1,6 +1,8 @@
-/* softdoca providers: blob header codec, crc32, the provider list. */
+/* softdoca providers: blob header codec, crc32, the provider list, and the checks
+ * that a provider's table and capabilities keep the interface's rules. */
 #include "provider.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -137,6 +139,101 @@ const struct sd_provider_ops *sd_provider_find(const char *name)
 #endif
 	(void)name;
 	return NULL;
+}
+
+/* The members every table has, and the ones a capability brings (by name, for the reason). */
+#define OP(m) {#m, offsetof(struct sd_provider_ops, m)}
+struct member {
+	const char *name;
+	size_t off;
+};
+static const struct member always[] = {
+	OP(probe), OP(open), OP(close), OP(query_caps), OP(progress), OP(reg_mem), OP(dereg_mem),
+	OP(rkey_import), OP(rkey_release), OP(conn_create), OP(conn_set_ctx), OP(conn_transport),
+	OP(conn_close), OP(closing), OP(write), OP(read), OP(atomic_fadd), OP(atomic_cswap), OP(send),
+	OP(write_imm), OP(flush), OP(rx_resume),
+};
+static const struct member with_oob[] = {OP(conn_export), OP(conn_connect)};
+static const struct member with_cm[] = {OP(listen), OP(listener_close), OP(accept), OP(reject), OP(connect_addr)};
+static const struct member with_fd[] = {OP(get_fd), OP(arm)};
+#undef OP
+
+static const struct member *missing(const struct sd_provider_ops *ops, const struct member *m, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		void (*const *fn)(void) = (void (*const *)(void))((const char *)ops + m[i].off);
+
+		if (!*fn)
+			return &m[i];
+	}
+	return NULL;
+}
+
+#define NMEMB(a) (sizeof(a) / sizeof((a)[0]))
+
+doca_error_t sd_prov_ops_check(const struct sd_provider_ops *ops, struct sd_prov_why *why)
+{
+	const struct member *m;
+
+	if (!ops || !ops->name || !ops->name[0] || strlen(ops->name) > SD_PROV_NAME_LEN) {
+		snprintf(why->msg, sizeof(why->msg), "a provider table without a name of 1 to %d characters",
+			 SD_PROV_NAME_LEN);
+		return DOCA_ERROR_INVALID_VALUE;
+	}
+	if (ops->abi != SD_PROV_ABI) {
+		snprintf(why->msg, sizeof(why->msg),
+			 "provider %s was built for provider ABI %u, this softdoca drives ABI %u: rebuild it against "
+			 "this softdoca's providers/provider.h",
+			 ops->name, ops->abi, SD_PROV_ABI);
+		return DOCA_ERROR_UNSUPPORTED_VERSION;
+	}
+	m = missing(ops, always, NMEMB(always));
+	if (m) {
+		snprintf(why->msg, sizeof(why->msg), "provider %s has no %s(), which every provider implements",
+			 ops->name, m->name);
+		return DOCA_ERROR_NOT_SUPPORTED;
+	}
+	return DOCA_SUCCESS;
+}
+
+doca_error_t sd_prov_caps_check(const struct sd_provider_ops *ops, const struct sd_prov_caps *caps, uint32_t need,
+				struct sd_prov_why *why)
+{
+	static const struct {
+		uint32_t flag;
+		const char *name;
+		const struct member *m;
+		size_t n;
+	} gated[] = {{SD_PROV_CAP_OOB, "SD_PROV_CAP_OOB", with_oob, NMEMB(with_oob)},
+		     {SD_PROV_CAP_CM, "SD_PROV_CAP_CM", with_cm, NMEMB(with_cm)},
+		     {SD_PROV_CAP_FD, "SD_PROV_CAP_FD", with_fd, NMEMB(with_fd)}};
+
+	if (strncmp(caps->name, ops->name, sizeof(caps->name)) != 0) {
+		snprintf(why->msg, sizeof(why->msg), "provider %s reports its name as \"%.*s\"", ops->name,
+			 (int)sizeof(caps->name), caps->name);
+		return DOCA_ERROR_INVALID_VALUE;
+	}
+	for (size_t i = 0; i < NMEMB(gated); i++) {
+		const struct member *m;
+
+		if ((need & gated[i].flag) && !(caps->flags & gated[i].flag)) {
+			snprintf(why->msg, sizeof(why->msg), "provider %s (%s) lacks %s, which softdoca needs of a provider",
+				 ops->name, caps->transport[0] ? caps->transport : "no transport yet", gated[i].name);
+			return DOCA_ERROR_NOT_SUPPORTED;
+		}
+		m = (caps->flags & gated[i].flag) ? missing(ops, gated[i].m, gated[i].n) : NULL;
+		if (m) {
+			snprintf(why->msg, sizeof(why->msg), "provider %s claims %s but has no %s()", ops->name,
+				 gated[i].name, m->name);
+			return DOCA_ERROR_NOT_SUPPORTED;
+		}
+	}
+	if (caps->max_iov < 1 || caps->max_msg < 1) {
+		snprintf(why->msg, sizeof(why->msg), "provider %s reports max_iov %u and max_msg %llu: both must be >= 1",
+			 ops->name, caps->max_iov, (unsigned long long)caps->max_msg);
+		return DOCA_ERROR_INVALID_VALUE;
+	}
+	return DOCA_SUCCESS;
 }
 
 const char *sd_prov_strerror(doca_error_t e)

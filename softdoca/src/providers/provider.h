@@ -42,7 +42,7 @@
 
 #include "doca_all.h" /* doca_error_t, enum doca_access_flag */
 
-#define SD_PROV_ABI 1
+#define SD_PROV_ABI 1           /* bumped when a member is added or a rule changes */
 #define SD_PROV_NAME_LEN 16     /* provider name in blobs, NUL-padded */
 #define SD_PROV_MAX_PRIV 255u   /* CM private data (as DOCA / RDMA CM) */
 #define SD_PROV_WHY_LEN 256
@@ -98,6 +98,34 @@ doca_error_t sd_prov_blob_check(const void *blob, size_t len, const char *provid
 /* The provider a blob names ("" if the header is not readable). */
 void sd_prov_blob_provider(const void *blob, size_t len, char out[SD_PROV_NAME_LEN + 1]);
 uint32_t sd_prov_crc32(const void *data, size_t len);
+
+/* -------------------------------------------------------------- refusals */
+/* Why a target refused an operation. One vocabulary for every path: native's
+ * error responses carry the code on its wire (arg0; softdoca/src/rdma/rdma.h),
+ * and the checks the DOCA layer makes for a provider that cannot enforce
+ * (caps.enforce) report the same codes, so a task's failure detail reads the
+ * same whichever provider moved it. The values are part of native's wire:
+ * never renumber. */
+enum sd_prov_nak_code {
+	SD_PROV_NAK_NONE = 0,        /* no detail (an older peer) */
+	SD_PROV_NAK_CTX_PERM = 1,    /* the target's RDMA context lacks the permission; perms = its permissions */
+	SD_PROV_NAK_INSTANCE = 2,    /* a descriptor issued by another process instance */
+	SD_PROV_NAK_NO_MAP = 3,      /* no such map registered (stopped, destroyed or forged) */
+	SD_PROV_NAK_KEY = 4,         /* wrong access key */
+	SD_PROV_NAK_BOUNDS = 5,      /* range outside the map; base / len = the map's */
+	SD_PROV_NAK_MAP_PERM = 6,    /* the map lacks the permission; perms = its permissions */
+	SD_PROV_NAK_NOT_STARTED = 7, /* the map is not started */
+	SD_PROV_NAK_ALIGN = 8,       /* an atomic's target is not 8-byte aligned */
+	SD_PROV_NAK_RECV_ROOM = 9,   /* the posted receive is too small; len = its room */
+	SD_PROV_NAK_NUM
+};
+
+/* A refusal: its code and what the refusing object said of itself. */
+struct sd_prov_nak {
+	uint32_t code;               /* enum sd_prov_nak_code */
+	uint32_t perms;              /* the refusing object's access bits (enum doca_access_flag) */
+	uint64_t map_id, base, len;  /* the refusing map (BOUNDS: its range; RECV_ROOM: len) */
+};
 
 /* -------------------------------------------------------------- caps */
 /* What the fabric itself enforces at the target (else the DOCA layer checks,
@@ -234,7 +262,7 @@ struct sd_prov_open_params {
 /* -------------------------------------------------------------- the ops */
 struct sd_provider_ops {
 	const char *name;
-	uint32_t abi;              /* SD_PROV_ABI */
+	uint32_t abi;              /* SD_PROV_ABI as built (sd_prov_ops_check refuses another) */
 
 	/* Can this provider start here (its library found, usable)? 0: yes; else
 	 * an error and a reason naming the cause and the fix. Cheap; no instance. */
@@ -363,6 +391,18 @@ struct sd_provider_ops {
 const struct sd_provider_ops *sd_provider_find(const char *name);
 extern const struct sd_provider_ops sd_provider_ucx;
 extern const struct sd_provider_ops sd_provider_ofi;
+
+/* Can softdoca drive this table? DOCA_SUCCESS, or an error and a reason:
+ * UNSUPPORTED_VERSION (built for another SD_PROV_ABI), NOT_SUPPORTED (a member
+ * every provider has is NULL), INVALID_VALUE (no name). Before probe(). */
+doca_error_t sd_prov_ops_check(const struct sd_provider_ops *ops, struct sd_prov_why *why);
+/* Do an instance's caps (query_caps after open) keep the rules: the name is
+ * the table's, each capability's members are there (OOB: conn_export /
+ * conn_connect; CM: listen, listener_close, accept, reject, connect_addr; FD:
+ * get_fd / arm), max_iov and max_msg are >= 1, and every flag of need (enum
+ * sd_prov_cap_flag: what the caller cannot do without) is set? */
+doca_error_t sd_prov_caps_check(const struct sd_provider_ops *ops, const struct sd_prov_caps *caps, uint32_t need,
+				struct sd_prov_why *why);
 
 /* A readable name for a doca_error_t (no dependency on libsoftdoca). */
 const char *sd_prov_strerror(doca_error_t e);

@@ -96,6 +96,7 @@
 #define SOFTDOCA_RDMA_H
 
 #include "internal.h"
+#include "providers/provider.h" /* struct sd_prov_nak: the refusal vocabulary of every path */
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -124,7 +125,7 @@ struct epoll_event;
  *  40 map id u64   48 remote addr u64   56 length u64 (read)   64 key[16]
  *  80 arg0 u64 (compare / add)   88 arg1 u64 (swap)
  * Error responses (RESP / READ_RESP / ATOMIC_RESP with a status) say why in
- * fields requests use and responses did not: arg0 = enum sd_nak (0: no
+ * fields requests use and responses did not: arg0 = enum sd_prov_nak_code (0: no
  * detail, what an older softdoca sends), arg1 = the refusing object's
  * permission bits, map_id / raddr / rlen = the refusing map's id, base and
  * length (sent only once the key matched). Backward compatible: decoders
@@ -165,31 +166,13 @@ enum sd_wire_op {
 	SD_OP_PROV_CHECK_ACK = 56, /* answer (req_id, map_id; status: DOCA_SUCCESS, NOT_PERMITTED, or AGAIN: ask later) */
 };
 
-/* Why the target refused an operation (arg0 of an error response). */
-enum sd_nak {
-	SD_NAK_NONE = 0,        /* no detail (older peer) */
-	SD_NAK_CTX_PERM = 1,    /* the target's rdma ctx lacks the permission; arg1 = its permissions */
-	SD_NAK_INSTANCE = 2,    /* descriptor issued by another process instance */
-	SD_NAK_NO_MAP = 3,      /* no such mmap registered (stopped, destroyed or forged) */
-	SD_NAK_KEY = 4,         /* wrong access key */
-	SD_NAK_BOUNDS = 5,      /* range outside the mmap; raddr/rlen = map base/length */
-	SD_NAK_MAP_PERM = 6,    /* the mmap lacks the permission; arg1 = its permissions */
-	SD_NAK_NOT_STARTED = 7, /* the mmap is not started */
-	SD_NAK_ALIGN = 8,       /* atomic target not 8-byte aligned */
-	SD_NAK_RECV_ROOM = 9,   /* posted receive too small; rlen = its room */
-	SD_NAK_NUM
-};
-
-/* A refusal: what goes into an error response, and into the details. */
-struct sd_nak_info {
-	uint32_t code;          /* enum sd_nak */
-	uint32_t perms;         /* the refusing object's permissions */
-	uint64_t map_id, base, len;
-};
+/* Why the target refused an operation (arg0 of an error response; arg1 its perms,
+ * map_id / raddr / rlen its map_id / base / len): enum sd_prov_nak_code and
+ * struct sd_prov_nak, in providers/provider.h. */
 /* Describe a refusal of op (SD_OP_*) on [raddr, +len) from the requester's
  * side (target = 1: "target refused: ...") or the target's. */
 void sd_nak_describe(char *out, size_t n, int requester, uint8_t op, uint64_t raddr, uint64_t len,
-		     const struct sd_nak_info *nak);
+		     const struct sd_prov_nak *nak);
 
 /* Live-object counters (softdoca_debug_live_objects): leak checks. */
 enum sd_live_kind { SD_LIVE_CONN = 0, SD_LIVE_LINK, SD_LIVE_EVENT, SD_LIVE_LISTENER, SD_LIVE_CTRL, SD_LIVE_NUM };
@@ -389,7 +372,7 @@ struct sd_link_ops {
 	 * need (engine/rdma_serve.c): DOCA_SUCCESS with *ref holding the target
 	 * memory (NULL when nothing is touched), else why in *nak. */
 	doca_error_t (*mem_acquire)(struct sd_link *link, const struct sd_hdr *h, uint64_t len, uint32_t need,
-				    void **ref, struct sd_nak_info *nak);
+				    void **ref, struct sd_prov_nak *nak);
 	/* Frames the engine dispatches to the owner (engine/rdma_frames.c): the
 	 * answer to this side's oldest request (its header: set rx_task and
 	 * where the payload goes; then its payload read), a SEND / SEND_IMM
@@ -402,7 +385,7 @@ struct sd_link_ops {
 	int (*on_message_header)(struct sd_link *link, const struct sd_hdr *h);
 	int (*on_message_done)(struct sd_link *link);
 	int (*on_refused)(struct sd_link *link, uint8_t resp_op, const struct sd_hdr *h, uint64_t len,
-			  doca_error_t st, const struct sd_nak_info *nak);
+			  doca_error_t st, const struct sd_prov_nak *nak);
 	int (*on_ctrl)(struct sd_link *link, const struct sd_hdr *h);
 	/* Whether the keepalive watches link: its connection is established. */
 	int (*established)(const struct sd_link *link);
@@ -449,7 +432,7 @@ struct sd_link {
 	struct sd_hdr rx;
 	enum sd_rx_action rx_action;
 	doca_error_t rx_status;
-	struct sd_nak_info rx_nak;         /* why rx_status refused the frame */
+	struct sd_prov_nak rx_nak;         /* why rx_status refused the frame */
 	struct iovec *rx_iov;
 	int rx_iovcnt;
 	struct iovec rx_iov1;
@@ -886,12 +869,12 @@ int sd_wire_response_done(struct sd_link *link);
 int sd_wire_message_header(struct sd_link *link, const struct sd_hdr *h);
 int sd_wire_message_done(struct sd_link *link);
 int sd_wire_refused(struct sd_link *link, uint8_t resp_op, const struct sd_hdr *h, uint64_t len, doca_error_t st,
-		    const struct sd_nak_info *nak);
+		    const struct sd_prov_nak *nak);
 int sd_wire_ctrl(struct sd_link *link, const struct sd_hdr *h);
 void sd_wire_deliver_parked(struct doca_rdma *rdma);
 void sd_wire_abort_rx(struct sd_link *link, doca_error_t status);
 doca_error_t sd_wire_mem_acquire(struct sd_link *link, const struct sd_hdr *h, uint64_t len, uint32_t need,
-				 void **ref, struct sd_nak_info *nak);
+				 void **ref, struct sd_prov_nak *nak);
 
 /* ---------------------------------------------------------------- connections (rdma_conn.c) */
 /* The connection layer's handlers: given to every link it makes, installed
@@ -1003,8 +986,8 @@ void sd_serve_write(struct sd_link *link, const struct sd_hdr *h);
 void sd_serve_release(struct sd_link *link);
 /* A READ / CMP_SWP / FETCH_ADD: answered (0), -1 to close the link, 1
  * refused with *st and *nak (the caller answers and breaks the connection). */
-int sd_serve_read(struct sd_link *link, const struct sd_hdr *h, doca_error_t *st, struct sd_nak_info *nak);
-int sd_serve_atomic(struct sd_link *link, const struct sd_hdr *h, doca_error_t *st, struct sd_nak_info *nak);
+int sd_serve_read(struct sd_link *link, const struct sd_hdr *h, doca_error_t *st, struct sd_prov_nak *nak);
+int sd_serve_atomic(struct sd_link *link, const struct sd_hdr *h, doca_error_t *st, struct sd_prov_nak *nak);
 
 /* ---------------------------------------------------------------- same-host transport (rdma_xport.c) */
 /* The same-host transport knows no DOCA object: a map reaches it as a region

@@ -126,7 +126,16 @@ static void decide_once(void)
 	}
 	{
 		struct sd_prov_why w = {{0}};
-		doca_error_t rc = P.ops->probe(&w);
+		doca_error_t rc = sd_prov_ops_check(P.ops, &w);
+
+		if (rc != DOCA_SUCCESS) {
+			P.err = rc;
+			snprintf(P.why, sizeof(P.why), "SOFTDOCA_PROVIDER=%s is not a provider this softdoca can drive: %s",
+				 e, w.msg);
+			P.ops = NULL;
+			return;
+		}
+		rc = P.ops->probe(&w);
 
 		if (rc != DOCA_SUCCESS) {
 			P.err = rc;
@@ -387,6 +396,15 @@ static doca_error_t prov_open(void)
 
 			memset(&caps, 0, sizeof(caps));
 			P.ops->query_caps(P.p, &caps);
+			/* the bridge connects out of band (addresses over the native link) and sleeps on the fd */
+			rc = sd_prov_caps_check(P.ops, &caps, SD_PROV_CAP_OOB | SD_PROV_CAP_FD, &w);
+			if (rc != DOCA_SUCCESS) {
+				SD_ERR("SOFTDOCA_PROVIDER=%s: the provider cannot serve softdoca: %s", P.ops->name, w.msg);
+				if (P.ops->close(P.p) != DOCA_SUCCESS)
+					SD_WARN("SOFTDOCA_PROVIDER=%s: closing it failed", P.ops->name);
+				P.p = NULL;
+				return rc;
+			}
 			P.max_iov = caps.max_iov;
 			P.polled = !!(caps.flags & SD_PROV_CAP_POLLED);
 			P.spin_unarmed = !!(caps.flags & SD_PROV_CAP_SPIN_UNARMED);
@@ -1010,7 +1028,7 @@ static void msg_settle(struct ptok *k)
 		sd_conn_set_why(c, "RNR retry exceeded on an earlier task (no receive posted at the peer)");
 		break_later(c);
 	} else if (t && k->st_ack == DOCA_ERROR_TOO_BIG) {
-		struct sd_nak_info nak = {.code = SD_NAK_RECV_ROOM, .len = k->info};
+		struct sd_prov_nak nak = {.code = SD_PROV_NAK_RECV_ROOM, .len = k->info};
 		char d[SD_DETAIL_LEN];
 
 		sd_nak_describe(d, sizeof(d), 1, t->type == SD_T_SEND ? SD_OP_SEND : SD_OP_SEND_IMM, 0, t->xfer_len,
@@ -1634,23 +1652,23 @@ static int refused(struct sd_rtask *t, struct doca_rdma_connection *c, const str
 	uint32_t need = op_need(t);
 	uint64_t len = op_len(t);
 	uint64_t base = (uint64_t)(uintptr_t)m->addr;
-	struct sd_nak_info nak = {.code = SD_NAK_NONE, .map_id = m->id, .base = base, .len = m->len};
+	struct sd_prov_nak nak = {.code = SD_PROV_NAK_NONE, .map_id = m->id, .base = base, .len = m->len};
 	char d[SD_DETAIL_LEN];
 
 	if ((c->peer_perms & need) != need) {
-		nak.code = SD_NAK_CTX_PERM;
+		nak.code = SD_PROV_NAK_CTX_PERM;
 		nak.perms = c->peer_perms;
 	} else if (m->peer_instance != c->pinstance) {
-		nak.code = SD_NAK_INSTANCE;
+		nak.code = SD_PROV_NAK_INSTANCE;
 	} else if (raddr < base || raddr + len < raddr || len > m->len || raddr - base > m->len - len) {
-		nak.code = SD_NAK_BOUNDS;
+		nak.code = SD_PROV_NAK_BOUNDS;
 	} else if ((m->permissions & need) != need) {
-		nak.code = SD_NAK_MAP_PERM;
+		nak.code = SD_PROV_NAK_MAP_PERM;
 		nak.perms = m->permissions;
 	} else if (len == 8 && (t->type == SD_T_CMP_SWP || t->type == SD_T_FETCH_ADD) && (raddr & 7)) {
-		nak.code = SD_NAK_ALIGN;
+		nak.code = SD_PROV_NAK_ALIGN;
 	}
-	if (nak.code == SD_NAK_NONE)
+	if (nak.code == SD_PROV_NAK_NONE)
 		return 0;
 	sd_nak_describe(d, sizeof(d), 1, opcode[t->type], raddr, len, &nak);
 	sd_rtask_fail(t, DOCA_ERROR_NOT_PERMITTED, "%s", d);

@@ -22,7 +22,7 @@
  *
  * A refused remote access (or a misaligned remote atomic) is fatal for the
  * connection, as on an RC QP: the target answers with an error response
- * saying why (enum sd_nak), then breaks the connection; the requester fails
+ * saying why (enum sd_prov_nak_code), then breaks the connection; the requester fails
  * that task with the reason in its detail, flushes the others and breaks its
  * end too (see docs/softdoca-contract.md).
  */
@@ -44,7 +44,7 @@ static void respond(struct sd_link *l, uint8_t op, uint64_t req_id, doca_error_t
 }
 
 /* An error response carrying why (see rdma.h, "Error responses"). */
-static int respond_nak(struct sd_link *l, uint8_t op, uint64_t req_id, doca_error_t st, const struct sd_nak_info *nak)
+static int respond_nak(struct sd_link *l, uint8_t op, uint64_t req_id, doca_error_t st, const struct sd_prov_nak *nak)
 {
 	struct sd_hdr h = {.opcode = op, .req_id = req_id, .status = (uint32_t)st};
 
@@ -89,7 +89,7 @@ static const char *op_name(uint8_t op)
 }
 
 void sd_nak_describe(char *out, size_t n, int requester, uint8_t op, uint64_t raddr, uint64_t len,
-		     const struct sd_nak_info *nak)
+		     const struct sd_prov_nak *nak)
 {
 	const char *who = requester ? "target refused: " : "refused the peer's ";
 	const char *need = op_need(op) == DOCA_ACCESS_FLAG_RDMA_READ	 ? "RDMA_READ"
@@ -103,44 +103,44 @@ void sd_nak_describe(char *out, size_t n, int requester, uint8_t op, uint64_t ra
 		snprintf(head, sizeof(head), "%s%s of %llu bytes: ", who, op_name(op), (unsigned long long)len);
 	sd_access_str(nak->perms, p, sizeof(p));
 	switch (nak->code) {
-	case SD_NAK_CTX_PERM:
+	case SD_PROV_NAK_CTX_PERM:
 		snprintf(out, n, "%sthe target's RDMA context lacks %s (has %s); grant %s on the target's Rdma context",
 			 head, need, p, need);
 		break;
-	case SD_NAK_MAP_PERM:
+	case SD_PROV_NAK_MAP_PERM:
 		snprintf(out, n, "%sremote mmap 0x%llx lacks %s (has %s); grant %s on the target's MemoryMap", head,
 			 (unsigned long long)nak->map_id, need, p, need);
 		break;
-	case SD_NAK_BOUNDS:
+	case SD_PROV_NAK_BOUNDS:
 		snprintf(out, n,
 			 "%sremote range [0x%llx, +%llu) is outside mmap 0x%llx [0x%llx, +%llu) (forged or stale "
 			 "descriptor, or a remote buffer past the map)",
 			 head, (unsigned long long)raddr, (unsigned long long)len, (unsigned long long)nak->map_id,
 			 (unsigned long long)nak->base, (unsigned long long)nak->len);
 		break;
-	case SD_NAK_KEY:
+	case SD_PROV_NAK_KEY:
 		snprintf(out, n, "%swrong access key for remote mmap 0x%llx (stale or forged descriptor)", head,
 			 (unsigned long long)nak->map_id);
 		break;
-	case SD_NAK_NO_MAP:
+	case SD_PROV_NAK_NO_MAP:
 		snprintf(out, n,
 			 "%sremote mmap 0x%llx is not registered on the target (stopped or destroyed there, or a "
 			 "forged descriptor)",
 			 head, (unsigned long long)nak->map_id);
 		break;
-	case SD_NAK_INSTANCE:
+	case SD_PROV_NAK_INSTANCE:
 		snprintf(out, n,
 			 "%sthe remote mmap descriptor was issued by another process instance (did the target "
 			 "restart?)",
 			 head);
 		break;
-	case SD_NAK_NOT_STARTED:
+	case SD_PROV_NAK_NOT_STARTED:
 		snprintf(out, n, "%sremote mmap 0x%llx is not started", head, (unsigned long long)nak->map_id);
 		break;
-	case SD_NAK_ALIGN:
+	case SD_PROV_NAK_ALIGN:
 		snprintf(out, n, "%satomic target 0x%llx is not 8-byte aligned", head, (unsigned long long)raddr);
 		break;
-	case SD_NAK_RECV_ROOM:
+	case SD_PROV_NAK_RECV_ROOM:
 		snprintf(out, n, "%sthe posted receive has room for %llu bytes, the message is %llu bytes", head,
 			 (unsigned long long)nak->len, (unsigned long long)len);
 		break;
@@ -153,7 +153,7 @@ void sd_nak_describe(char *out, size_t n, int requester, uint8_t op, uint64_t ra
 /* Validate a remote access against this process, the target ctx and the map
  * (sd_link_ops.mem_acquire of every link: engine/rdma_serve.c asks it). */
 doca_error_t sd_wire_mem_acquire(struct sd_link *l, const struct sd_hdr *h, uint64_t len, uint32_t perm, void **refp,
-				 struct sd_nak_info *nak)
+				 struct sd_prov_nak *nak)
 {
 	struct sd_acquire_why w;
 	struct doca_mmap **ref = (struct doca_mmap **)refp;
@@ -163,23 +163,23 @@ doca_error_t sd_wire_mem_acquire(struct sd_link *l, const struct sd_hdr *h, uint
 	memset(nak, 0, sizeof(*nak));
 	nak->map_id = h->map_id;
 	if ((sd_link_rdma(l)->permissions & perm) != perm) {
-		nak->code = SD_NAK_CTX_PERM;
+		nak->code = SD_PROV_NAK_CTX_PERM;
 		nak->perms = sd_link_rdma(l)->permissions;
 		return DOCA_ERROR_NOT_PERMITTED;
 	}
 	if (len == 0) /* nothing is touched: no key needed */
 		return DOCA_SUCCESS;
 	if (h->instance != sd_instance_id()) {
-		nak->code = SD_NAK_INSTANCE;
+		nak->code = SD_PROV_NAK_INSTANCE;
 		return DOCA_ERROR_NOT_PERMITTED;
 	}
 	rc = sd_mmap_acquire_why(h->map_id, h->key, h->raddr, len, perm, ref, &w);
 	if (rc != DOCA_SUCCESS) {
 		*ref = NULL;
-		nak->code = w.code == SD_ACQ_KEY      ? SD_NAK_KEY
-			    : w.code == SD_ACQ_BOUNDS ? SD_NAK_BOUNDS
-			    : w.code == SD_ACQ_PERM   ? SD_NAK_MAP_PERM
-						      : SD_NAK_NO_MAP;
+		nak->code = w.code == SD_ACQ_KEY      ? SD_PROV_NAK_KEY
+			    : w.code == SD_ACQ_BOUNDS ? SD_PROV_NAK_BOUNDS
+			    : w.code == SD_ACQ_PERM   ? SD_PROV_NAK_MAP_PERM
+						      : SD_PROV_NAK_NO_MAP;
 		if (w.code == SD_ACQ_BOUNDS || w.code == SD_ACQ_PERM) {
 			nak->base = w.base;
 			nak->len = w.len;
@@ -191,7 +191,7 @@ doca_error_t sd_wire_mem_acquire(struct sd_link *l, const struct sd_hdr *h, uint
 		if (*ref)
 			sd_mmap_release(*ref);
 		*ref = NULL;
-		nak->code = SD_NAK_NOT_STARTED;
+		nak->code = SD_PROV_NAK_NOT_STARTED;
 		return DOCA_ERROR_NOT_PERMITTED;
 	}
 	return DOCA_SUCCESS;
@@ -203,7 +203,7 @@ doca_error_t sd_wire_mem_acquire(struct sd_link *l, const struct sd_hdr *h, uint
  * then break the connection on this side too; the peer learns of it from
  * the NAK, then from the close. */
 int sd_wire_refused(struct sd_link *l, uint8_t resp_op, const struct sd_hdr *h, uint64_t len, doca_error_t st,
-		    const struct sd_nak_info *nak)
+		    const struct sd_prov_nak *nak)
 {
 	char d[SD_DETAIL_LEN];
 	int rc = respond_nak(l, resp_op, h->req_id, st, nak);
@@ -246,7 +246,7 @@ static void take_recv(struct sd_link *l, struct sd_rtask *t, const struct sd_hdr
 			      (unsigned long long)cap, h->payload_len);
 		l->rx_status = DOCA_ERROR_TOO_BIG;
 		memset(&l->rx_nak, 0, sizeof(l->rx_nak));
-		l->rx_nak.code = SD_NAK_RECV_ROOM;
+		l->rx_nak.code = SD_PROV_NAK_RECV_ROOM;
 		l->rx_nak.len = cap;
 		l->rx_discard = 1;
 		return;
@@ -385,15 +385,15 @@ static void complete_response(struct sd_link *l, struct sd_rtask *t, doca_error_
 		return;
 	}
 	{
-		struct sd_nak_info nak = {.code = (uint32_t)h->arg0, .perms = (uint32_t)h->arg1,
+		struct sd_prov_nak nak = {.code = (uint32_t)h->arg0, .perms = (uint32_t)h->arg1,
 					  .map_id = h->map_id, .base = h->raddr, .len = h->rlen};
 		const struct doca_buf *r = t->type == SD_T_READ ? t->src : t->dst;
 		uint64_t raddr = r ? (uint64_t)(uintptr_t)r->data : 0;
 		uint8_t op = sd_get_le32(t->tx.hdr) == SD_WIRE_MAGIC ? t->tx.hdr[5] : SD_OP_WRITE;
 		char d[SD_DETAIL_LEN];
 
-		if (nak.code >= SD_NAK_NUM)
-			nak.code = SD_NAK_NONE;
+		if (nak.code >= SD_PROV_NAK_NUM)
+			nak.code = SD_PROV_NAK_NONE;
 		sd_nak_describe(d, sizeof(d), 1, op, raddr, t->xfer_len, &nak);
 		sd_rtask_fail(t, st, "%s%s", d, fatal ? "; the connection is broken (RC semantics)" : "");
 		if (fatal) {
@@ -574,7 +574,7 @@ void sd_wire_deliver_parked(struct doca_rdma *rdma)
 			sd_link_flush(l);
 			sd_rtask_complete(t, st);
 		} else {
-			struct sd_nak_info nak = {.code = SD_NAK_RECV_ROOM};
+			struct sd_prov_nak nak = {.code = SD_PROV_NAK_RECV_ROOM};
 			uint64_t cap = 0;
 
 			if (t->dst)
