@@ -575,6 +575,8 @@ static void on_connreq(struct sd_prov *p, struct fi_eq_cm_entry *e, size_t dlen)
 		c->cq = NULL;
 		c->is_cm = 1;
 		c->listener = l;
+		c->peer_id = h.src; /* the client's connection: every message's dst */
+		c->peer_uid = h.uid;
 		c->info = e->info;
 		c->state = CS_CM_REQUESTED;
 		c->deadline_ns = ofi_now_ns() + p->timeout_ns;
@@ -639,6 +641,13 @@ int ofi_read_eq(struct sd_prov *p)
 				continue;
 			c->priv_len = 0;
 			if (c->is_cm && c->cm_client && dlen >= CMH) {
+				struct cmhdr h;
+
+				memcpy(&h, u.e.data, CMH);
+				if (h.magic == OFI_MAGIC && h.kind == K_CM_ACC) { /* the server's connection */
+					c->peer_id = h.src;
+					c->peer_uid = h.uid;
+				}
 				c->priv_len = dlen - CMH < sizeof(c->priv) ? dlen - CMH : sizeof(c->priv);
 				memcpy(c->priv, u.e.data + CMH, c->priv_len);
 			}

@@ -270,6 +270,10 @@ static int deliver(struct sd_prov_conn *c, struct orx *r)
 		}
 		return 1;
 	}
+	if (ans == SD_PROV_RX_PLACE && rx.kind == SD_PROV_RX_WRITE_IMM) { /* no payload: placed at once */
+		p->cbs.rx_done(p->cbs.arg, rx_ctx, DOCA_SUCCESS, 0);
+		return 0;
+	}
 	if (ans == SD_PROV_RX_PLACE && rx.kind == SD_PROV_RX_SEND) {
 		uint64_t room = 0;
 		if (ndst < 0 || ndst > OFI_MAX_IOV)
