@@ -63,3 +63,24 @@ def test_ofi_provider() -> None:
     out = r.stdout + r.stderr
     assert "SKIP" not in out, out
     assert r.returncode == 0, out[-6000:]
+
+
+# One run per provider and transport of the provider conformance test (softdoca/tests/providers/test_provider.c):
+# the contract written in src/providers/provider.h, the same checks for every provider.
+CONFORMANCE_RUNS = ["ucx:UCX_TLS=tcp", "ucx:UCX_TLS=posix,cma", "ofi:FI_PROVIDER=tcp", "ofi:FI_PROVIDER=shm"]
+
+
+@pytest.mark.parametrize("run", CONFORMANCE_RUNS)
+def test_provider_conformance(run: str) -> None:
+    """make check-provider-conformance for one <provider>:<transport>: probe/open/close, caps, bad blobs, OOB
+    and CM connections, one-sided ops and atomics, messages with HOLD / PLACE, the ordering rules, flush, failures
+    (a dead address, a killed peer) and the one-completion rule. Skipped where the make target says the provider
+    is not built here or its probe fails."""
+    r = subprocess.run(["make", "-s", "-C", str(SOFTDOCA), f"check-provider-conformance{SUFFIX}", f"CONF_RUNS={run}"],
+                       capture_output=True, text=True, timeout=600, env=_make_env())
+    out = r.stdout + r.stderr
+    skip = [line for line in out.splitlines() if line.startswith("SKIP:")]
+    if skip and r.returncode == 0:
+        pytest.skip(skip[0])
+    assert r.returncode == 0, out[-8000:]
+    assert ": ok" in out and "rules ok, 0 failed" in out, out[-3000:]
