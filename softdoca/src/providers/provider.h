@@ -162,8 +162,10 @@ enum sd_prov_cap_flag {
 struct sd_prov_caps {
 	char name[SD_PROV_NAME_LEN + 1];  /* "native", "ucx", ... */
 	char version[32];                 /* the library version in use, e.g. "1.13.1" */
-	char transport[64];               /* transports actually in use by the connections seen so far
-					   * (e.g. "tcp", "posix,cma", "rc_mlx5"); "" before the first */
+	char transport[64];               /* transports actually in use (e.g. "tcp", "posix,cma", "rc_mlx5"):
+					   * where the library picks them per connection (ucx), those of
+					   * the connections seen so far, "" before the first; where the
+					   * fabric is fixed at open (ofi), that fabric from open on */
 	uint32_t enforce;                 /* enum sd_prov_enforce, for transport */
 	uint32_t flags;                   /* enum sd_prov_cap_flag */
 	uint64_t max_msg;                 /* largest send / write / read */

@@ -537,12 +537,12 @@ uint32_t ux_host_id(void)
 	return h ? h : 1;
 }
 
-/* Whether UCX_TLS leaves a shared-memory transport enabled (UCX's default
- * does). Where it does not, a same-host peer keeps peer-failure handling: it
- * would gain nothing without it, and lose UCX's own error reports. */
-static int shm_enabled(void)
+/* Whether UCX_TLS leaves one of names enabled (unset: UCX's default, all of
+ * them). A name ending in '*' matches by prefix (rc*: rc, rc_v, rc_mlx5, ...).
+ * In an exclusion list (^...) only the names in keep_on_exclude count as
+ * excluded: the aliases that cover a whole family. */
+static int tls_enabled(const char *const *names, size_t n, const char *const *keep_on_exclude, size_t nk)
 {
-	static const char *const shm[] = { "all", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "mm" };
 	const char *t = getenv("UCX_TLS");
 	char buf[256], *save = NULL;
 	int exclude, hit = 0;
@@ -552,11 +552,44 @@ static int shm_enabled(void)
 	exclude = t[0] == '^';
 	snprintf(buf, sizeof(buf), "%s", t + exclude);
 	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		for (size_t i = 0; i < sizeof(shm) / sizeof(shm[0]); i++)
-			if (!strcmp(tok, shm[i]) && (!exclude || !strcmp(tok, "sm") || !strcmp(tok, "shm")))
+		const char *const *set = exclude ? keep_on_exclude : names;
+		size_t m = exclude ? nk : n;
+
+		for (size_t i = 0; i < m; i++) {
+			size_t len = strlen(set[i]);
+
+			if (set[i][len - 1] == '*' ? !strncmp(tok, set[i], len - 1) : !strcmp(tok, set[i]))
 				hit = 1;
+		}
 	}
 	return exclude ? !hit : hit;
+}
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Whether UCX_TLS leaves a shared-memory transport enabled (UCX's default
+ * does). Where it does not, a same-host peer keeps peer-failure handling: it
+ * would gain nothing without it, and lose UCX's own error reports. */
+static int shm_enabled(void)
+{
+	static const char *const shm[] = {"all", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "mm"};
+	static const char *const family[] = {"sm", "shm"};
+
+	return tls_enabled(shm, NELEM(shm), family, NELEM(family));
+}
+
+/* Whether UCX's client-server connections (ucp_listener, ucp_ep_create from a
+ * socket address) can work under UCX_TLS: they need a network transport for
+ * their wire-up (tcp, or verbs through rdmacm). Under UCX_TLS=posix,cma a
+ * connect fails at once ("Destination is unreachable") and the listener never
+ * hears of it, so SD_PROV_CAP_CM is claimed only where this holds. An
+ * exclusion list counts as one only when it leaves tcp out. */
+int ux_cm_enabled(void)
+{
+	static const char *const net[] = {"all", "tcp", "ib", "rc*", "ud*", "dc*"};
+	static const char *const family[] = {"tcp"};
+
+	return tls_enabled(net, NELEM(net), family, NELEM(family));
 }
 
 static ucp_ep_params_t ep_params(struct uconn *c)
@@ -740,6 +773,11 @@ doca_error_t ux_listen(struct sd_prov *p, struct sockaddr_storage *addr, socklen
 
 	if (!p || !addr || !alen || !out)
 		return DOCA_ERROR_INVALID_VALUE;
+	if (!ux_cm_enabled()) {
+		WHY(why, "ucx: UCX_TLS=%s enables no network transport, which UCX's client-server connections need "
+			 "(add tcp to UCX_TLS, or connect out of band: conn_export / conn_connect)", getenv("UCX_TLS"));
+		return DOCA_ERROR_NOT_SUPPORTED;
+	}
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return DOCA_ERROR_NO_MEMORY;
@@ -839,6 +877,11 @@ doca_error_t ux_connect_addr(struct sd_prov *p, const struct sockaddr *addr, soc
 
 	if (!p || !addr || !out || priv_len > SD_PROV_MAX_PRIV || (priv_len && !priv))
 		return DOCA_ERROR_INVALID_VALUE;
+	if (!ux_cm_enabled()) {
+		WHY(why, "ucx: UCX_TLS=%s enables no network transport, which UCX's client-server connections need "
+			 "(add tcp to UCX_TLS, or connect out of band: conn_export / conn_connect)", getenv("UCX_TLS"));
+		return DOCA_ERROR_NOT_SUPPORTED;
+	}
 	c = conn_alloc(p, ctx);
 	if (!c)
 		return DOCA_ERROR_NO_MEMORY;

@@ -385,6 +385,7 @@ doca_error_t ux_reject(struct sd_prov_conn *pc, const void *priv, size_t priv_le
 doca_error_t ux_connect_addr(struct sd_prov *p, const struct sockaddr *addr, socklen_t alen, const void *priv,
 			     size_t priv_len, void *ctx, struct sd_prov_conn **out, struct sd_prov_why *why);
 int ux_closing(struct sd_prov *p);
+int ux_cm_enabled(void); /* UCX_TLS leaves a network transport for client-server connections */
 void ux_conn_set_ctx(struct sd_prov_conn *pc, void *ctx);
 void ux_conn_transport(struct sd_prov_conn *pc, char *out, size_t n);
 void ux_conn_close(struct sd_prov_conn *pc);
