@@ -191,7 +191,8 @@ enum sd_prov_fail {
 
 struct sd_prov_conn_event {
 	enum sd_prov_conn_ev ev;
-	doca_error_t status;       /* FAILED: CONNECTION_RESET (lost), TIME_OUT, CONNECTION_ABORTED (refused) */
+	doca_error_t status;       /* FAILED, paired with reason: CONNECTION_RESET (LOST), TIME_OUT (TIMEOUT),
+				    * CONNECTION_ABORTED (REFUSED) */
 	enum sd_prov_fail reason;
 	const void *priv;          /* valid during the callback */
 	size_t priv_len;

@@ -289,6 +289,11 @@ static void cb_conn_event(void *arg, struct sd_prov_conn *c, void *cctx, const s
 		      ES(ev->status));
 		CHECK(ev->reason == SD_PROV_FAIL_TIMEOUT || ev->reason == SD_PROV_FAIL_REFUSED ||
 		      ev->reason == SD_PROV_FAIL_LOST, "FAILED with reason %d", ev->reason);
+		CHECK((ev->reason == SD_PROV_FAIL_LOST) == (ev->status == DOCA_ERROR_CONNECTION_RESET) &&
+			      (ev->reason == SD_PROV_FAIL_TIMEOUT) == (ev->status == DOCA_ERROR_TIME_OUT) &&
+			      (ev->reason == SD_PROV_FAIL_REFUSED) == (ev->status == DOCA_ERROR_CONNECTION_ABORTED),
+		      "FAILED pairs status and reason (the header: LOST / CONNECTION_RESET, TIMEOUT / TIME_OUT, "
+		      "REFUSED / CONNECTION_ABORTED): %s with reason %d", ES(ev->status), ev->reason);
 		break;
 	case SD_PROV_EV_DISCONNECTED:
 		x->disc++;

@@ -250,7 +250,7 @@ static void oob_accept(struct sd_prov_conn *c)
 		c->info = NULL;
 	}
 	if (rc)
-		ofi_conn_fail(c, ofi_err(rc), SD_PROV_FAIL_REFUSED, "fi_accept: %s", ofi_str(rc));
+		ofi_conn_fail(c, DOCA_ERROR_CONNECTION_ABORTED, SD_PROV_FAIL_REFUSED, "fi_accept: %s", ofi_str(rc));
 	else
 		c->state = CS_ACCEPTING;
 }

@@ -219,10 +219,11 @@ static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t s)
 		return;
 	if (c->state == CS_ESTABLISHED)
 		ux_conn_fail(c, 1, DOCA_ERROR_CONNECTION_RESET, SD_PROV_FAIL_LOST, "connection lost: %s", ustr(s));
+	else if (s == UCS_ERR_TIMED_OUT || s == UCS_ERR_ENDPOINT_TIMEOUT)
+		ux_conn_fail(c, 1, DOCA_ERROR_TIME_OUT, SD_PROV_FAIL_TIMEOUT, "no answer while connecting: %s", ustr(s));
 	else
-		ux_conn_fail(c, 1, s == UCS_ERR_TIMED_OUT || s == UCS_ERR_ENDPOINT_TIMEOUT ? DOCA_ERROR_TIME_OUT
-										      : DOCA_ERROR_CONNECTION_ABORTED,
-			     SD_PROV_FAIL_REFUSED, "connection refused or unreachable: %s", ustr(s));
+		ux_conn_fail(c, 1, DOCA_ERROR_CONNECTION_ABORTED, SD_PROV_FAIL_REFUSED,
+			     "connection refused or unreachable: %s", ustr(s));
 }
 
 /* ------------------------------------------------------------------ transport */

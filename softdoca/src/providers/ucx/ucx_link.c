@@ -214,10 +214,12 @@ void ux_link_fail(struct ulink *l, ucs_status_t s, const char *why)
 		else if (c->state == CS_ESTABLISHED)
 			ux_conn_fail(c, 1, DOCA_ERROR_CONNECTION_RESET, SD_PROV_FAIL_LOST, "%s%s", why,
 				     s ? ustr(s) : "");
+		else if (s == UCS_ERR_TIMED_OUT || s == UCS_ERR_ENDPOINT_TIMEOUT)
+			ux_conn_fail(c, 1, DOCA_ERROR_TIME_OUT, SD_PROV_FAIL_TIMEOUT, "no answer while connecting: %s",
+				     ustr(s));
 		else
-			ux_conn_fail(c, 1, s == UCS_ERR_TIMED_OUT || s == UCS_ERR_ENDPOINT_TIMEOUT ? DOCA_ERROR_TIME_OUT
-											  : DOCA_ERROR_CONNECTION_ABORTED,
-				     SD_PROV_FAIL_REFUSED, "connection refused or unreachable: %s", s ? ustr(s) : why);
+			ux_conn_fail(c, 1, DOCA_ERROR_CONNECTION_ABORTED, SD_PROV_FAIL_REFUSED,
+				     "connection refused or unreachable: %s", s ? ustr(s) : why);
 	}
 	ux_link_close(l, 1);
 }
