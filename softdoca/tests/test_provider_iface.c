@@ -149,10 +149,16 @@ static void test_blobs(void)
 	RC(sd_prov_blob_check(b, len, "other", SD_PROV_BLOB_RKEY, &body, &body_len, &w), DOCA_ERROR_NOT_SUPPORTED);
 	CHECK(strstr(w.msg, "fake") && strstr(w.msg, "other"), "another provider's blob names both: %s", w.msg);
 	RC(sd_prov_blob_check(b, len, "fake", SD_PROV_BLOB_ADDR, &body, &body_len, &w), DOCA_ERROR_INVALID_VALUE);
-	for (uint32_t cut = 0; cut < len; cut += 7) /* every truncation, the header's included */
-		if (sd_prov_blob_check(b, cut, "fake", SD_PROV_BLOB_RKEY, &body, &body_len, &w) != DOCA_ERROR_INVALID_VALUE)
-			CHECK(0, "a blob cut to %u bytes is refused as invalid", cut);
-	CHECK(1, "blobs cut anywhere are refused as invalid");
+	{
+		uint32_t cut, bad = 0;
+
+		for (cut = 0; cut < len; cut++) /* every truncation, the header's included */
+			if (sd_prov_blob_check(b, cut, "fake", SD_PROV_BLOB_RKEY, &body, &body_len, &w) !=
+			    DOCA_ERROR_INVALID_VALUE)
+				bad++;
+		CHECK(bad == 0, "a blob cut to any of its %u shorter lengths is refused as invalid (%u were not)", len,
+		      bad);
+	}
 	b[SD_PROV_BLOB_HDR_LEN + 3] ^= 1; /* a flipped bit of the body: the crc */
 	RC(sd_prov_blob_check(b, len, "fake", SD_PROV_BLOB_RKEY, &body, &body_len, &w), DOCA_ERROR_INVALID_VALUE);
 	b[SD_PROV_BLOB_HDR_LEN + 3] ^= 1;

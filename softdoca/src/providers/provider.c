@@ -161,9 +161,10 @@ static const struct member with_fd[] = {OP(get_fd), OP(arm)};
 static const struct member *missing(const struct sd_provider_ops *ops, const struct member *m, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		void (*const *fn)(void) = (void (*const *)(void))((const char *)ops + m[i].off);
+		void (*fn)(void);
 
-		if (!*fn)
+		memcpy(&fn, (const char *)ops + m[i].off, sizeof(fn)); /* every member is a function pointer */
+		if (!fn)
 			return &m[i];
 	}
 	return NULL;
@@ -173,8 +174,11 @@ static const struct member *missing(const struct sd_provider_ops *ops, const str
 
 doca_error_t sd_prov_ops_check(const struct sd_provider_ops *ops, struct sd_prov_why *why)
 {
+	struct sd_prov_why scratch;
 	const struct member *m;
 
+	if (!why)
+		why = &scratch;
 	if (!ops || !ops->name || !ops->name[0] || strlen(ops->name) > SD_PROV_NAME_LEN) {
 		snprintf(why->msg, sizeof(why->msg), "a provider table without a name of 1 to %d characters",
 			 SD_PROV_NAME_LEN);
@@ -207,6 +211,10 @@ doca_error_t sd_prov_caps_check(const struct sd_provider_ops *ops, const struct 
 	} gated[] = {{SD_PROV_CAP_OOB, "SD_PROV_CAP_OOB", with_oob, NMEMB(with_oob)},
 		     {SD_PROV_CAP_CM, "SD_PROV_CAP_CM", with_cm, NMEMB(with_cm)},
 		     {SD_PROV_CAP_FD, "SD_PROV_CAP_FD", with_fd, NMEMB(with_fd)}};
+	struct sd_prov_why scratch;
+
+	if (!why)
+		why = &scratch;
 
 	if (strncmp(caps->name, ops->name, sizeof(caps->name)) != 0) {
 		snprintf(why->msg, sizeof(why->msg), "provider %s reports its name as \"%.*s\"", ops->name,

@@ -394,10 +394,15 @@ static doca_error_t prov_open(void)
 			/* the bridge connects out of band (addresses over the native link) and sleeps on the fd */
 			rc = sd_prov_caps_check(P.ops, &caps, SD_PROV_CAP_OOB | SD_PROV_CAP_FD, &w);
 			if (rc != DOCA_SUCCESS) {
-				SD_ERR("SOFTDOCA_PROVIDER=%s: the provider cannot serve softdoca: %s", P.ops->name, w.msg);
+				/* decided for the process, as a provider that cannot start: every later start says so */
+				P.err = rc;
+				snprintf(P.why, sizeof(P.why), "SOFTDOCA_PROVIDER=%s cannot serve softdoca: %s", P.ops->name,
+					 w.msg);
+				SD_ERR("%s", P.why);
 				if (P.ops->close(P.p) != DOCA_SUCCESS)
 					SD_WARN("SOFTDOCA_PROVIDER=%s: closing it failed", P.ops->name);
 				P.p = NULL;
+				P.ops = NULL;
 				return rc;
 			}
 			P.max_iov = caps.max_iov;

@@ -640,14 +640,20 @@ int ofi_read_eq(struct sd_prov *p)
 			if (!c || (c->state != CS_CONNECTING && c->state != CS_ACCEPTING))
 				continue;
 			c->priv_len = 0;
-			if (c->is_cm && c->cm_client && dlen >= CMH) {
+			if (c->is_cm && c->cm_client) {
 				struct cmhdr h;
 
-				memcpy(&h, u.e.data, CMH);
-				if (h.magic == OFI_MAGIC && h.kind == K_CM_ACC) { /* the server's connection */
-					c->peer_id = h.src;
-					c->peer_uid = h.uid;
+				if (dlen >= CMH)
+					memcpy(&h, u.e.data, CMH);
+				if (dlen < CMH || h.magic != OFI_MAGIC || h.kind != K_CM_ACC) {
+					/* every message would name connection 0 there and be dropped */
+					ofi_conn_fail(c, DOCA_ERROR_CONNECTION_ABORTED, SD_PROV_FAIL_REFUSED,
+						      "the server's accept carries no softdoca ofi header (%zu bytes): "
+						      "not a softdoca peer, or another version", dlen);
+					continue;
 				}
+				c->peer_id = h.src; /* the server's connection */
+				c->peer_uid = h.uid;
 				c->priv_len = dlen - CMH < sizeof(c->priv) ? dlen - CMH : sizeof(c->priv);
 				memcpy(c->priv, u.e.data + CMH, c->priv_len);
 			}

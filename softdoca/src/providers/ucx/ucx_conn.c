@@ -847,10 +847,14 @@ doca_error_t ux_accept(struct sd_prov_conn *pc, const void *priv, size_t priv_le
  * as for any op: a peer that never answers within timeout_ms is gone. */
 static void close_after_flush(struct uconn *c)
 {
+	uint64_t before = c->flush_issued;
+
 	c->state = CS_CLOSING;
 	c->deadline_ns = now_ns() + c->p->timeout_ns;
 	ux_issue_flush(c);
 	c->close_seq = c->flush_issued;
+	if (c->ep && c->flush_issued == before && !c->flush_inflight)
+		c->close_seq = before + 1; /* no flush could be issued (no memory): the deadline closes it */
 	ux_conn_kick(c);
 }
 
@@ -947,6 +951,8 @@ void ux_conn_close(struct sd_prov_conn *pc)
 	if (!c || c->closed_by_user)
 		return;
 	c->closed_by_user = 1;
+	if (c->paddr) /* still waiting for its link (ux_link_pump): it must not get one now */
+		ux_link_put(c);
 	if (c->same_host && c->hello_seen && !c->bye_seen)
 		ux_probe_start(c->w); /* its process may have died mid-send (ucx_worker.c) */
 	if (c->wb && c->state == CS_ESTABLISHED) /* batches not sent yet leave before the BYE */
