@@ -380,8 +380,10 @@ static void handle_msg(struct sd_prov *p, struct sd_prov_conn *bc, const uint8_t
 
 	if (len < HDR || h->magic != OFI_MAGIC)
 		return;
-	if (h->type == M_HELLO) {
-		ofi_rx_hello(p, h);
+	if (h->type == M_HELLO) { /* RDM only: a connection's own endpoint (MSG) has no use for one, and a
+				   * peer's HELLO there could mark another connection's as seen */
+		if (!bc)
+			ofi_rx_hello(p, h);
 		return;
 	}
 	c = bc ? bc : ofi_conn_lookup(p, h->dst);
