@@ -215,6 +215,11 @@ static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t s)
 	struct uconn *c = arg;
 
 	(void)ep;
+	if (c->state == CS_CLOSING && c->ep && !c->link) { /* its flush will not complete: no need to wait */
+		close_ep(c, 1);
+		c->p->kick_any = 1;
+		return;
+	}
 	if (c->state == CS_FAILED || c->state == CS_CLOSING)
 		return;
 	if (c->state == CS_ESTABLISHED)
