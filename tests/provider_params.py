@@ -27,5 +27,6 @@ def _ofi() -> Any:
 
 
 UCX_TCP = pytest.param({"SOFTDOCA_PROVIDER": "ucx", "UCX_TLS": "tcp"}, id="ucx-tcp", marks=_ucx())
+UCX_SHM = pytest.param({"SOFTDOCA_PROVIDER": "ucx", "UCX_TLS": "posix,cma"}, id="ucx-posix-cma", marks=_ucx())
 OFI_TCP = pytest.param({"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "tcp"}, id="ofi-tcp", marks=_ofi())
 OFI_SHM = pytest.param({"SOFTDOCA_PROVIDER": "ofi", "FI_PROVIDER": "shm"}, id="ofi-shm", marks=_ofi())

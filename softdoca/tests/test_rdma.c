@@ -645,10 +645,13 @@ static long rss_kb(void)
  * destroyed (~0.66 kB per connect/close cycle on a long-running responder).
  * 2,000 RDMA CM connect/disconnect cycles: live objects return to baseline
  * (connections: at most SD_CONN_KEEP_CLOSED closed ones kept per context).
- * Under a provider (SOFTDOCA_PROVIDER): the provider connections of DOCA
- * connections that ended before theirs was up are closed later (rdma_prov.c,
- * struct pdefer: at most SOFTDOCA_TIMEOUT_MS later), so RSS is measured once
- * they are; ucx: its UCP endpoints return to baseline (same-host endpoints,
+ * Under a provider (SOFTDOCA_PROVIDER): every provider connection closes with
+ * its DOCA connection, also one in the middle of its wire-up (its peer's half
+ * never got an address: every cycle here, on one side), so at most a few are
+ * open after the cycles. Until 2026-12-07 the bridge deferred those by the
+ * engine timeout: 300-1,000 open at once, their freed heap kept in RSS (ucx
+ * over tcp +0.3-1.0 kB per cycle). ucx: its UCP endpoints return to baseline
+ * within a flush's time (same-host endpoints,
  * which UCX refuses to force-close, stayed open for the worker's life: about
  * 15 kB per cycle under UCX_TLS=posix,cma, 1.3 kB under tcp). And a provider
  * connection that never got the peer's address (its DOCA connection ended
@@ -664,7 +667,7 @@ static void test_connect_close_cycles(void)
 	struct doca_rdma_addr *addr = NULL;
 	long base_conn = softdoca_debug_live_objects("connection"), base_link = softdoca_debug_live_objects("link");
 	long base_ev = softdoca_debug_live_objects("event"), base_ctrl = softdoca_debug_live_objects("ctrl_frame");
-	long rss_warm = 0, rss_end, rss_loop, peak_conn = 0, def_end, def_left = -1;
+	long rss_warm = 0, rss_end, rss_loop, peak_conn = 0, open_end = -1;
 	long base_eps = softdoca_debug_counter("provider:live_eps");
 	long base_new = softdoca_debug_counter("provider:conns_new"), peak_new = base_new;
 	int n = 2000, ok = 1, i;
@@ -699,19 +702,17 @@ static void test_connect_close_cycles(void)
 		progress_both();
 	usleep(20000);
 	rss_loop = rss_kb();
-	def_end = softdoca_debug_counter("provider:deferred");
 	CHECK(ok, "%d RDMA CM connect/disconnect cycles (%.2f s)", i, now_s() - t0);
-	if (def_end >= 0) { /* a provider: its deferred closes, bounded by SOFTDOCA_TIMEOUT_MS (5 s here) */
-		end = now_s() + 12;
-		while ((def_left = softdoca_debug_counter("provider:deferred")) > 0 && now_s() < end) {
+	if (base_new >= 0) { /* a provider: its connections closed with theirs, their endpoints after a flush */
+		open_end = softdoca_debug_counter("provider:live_conns");
+		CHECK(open_end >= 0 && open_end <= 8,
+		      "provider connections close with their DOCA connections, in a wire-up too: %ld open after the "
+		      "cycles", open_end);
+		end = now_s() + 2;
+		while (base_eps >= 0 && softdoca_debug_counter("provider:live_eps") > base_eps && now_s() < end) {
 			progress_both();
 			usleep(1000);
 		}
-		for (int k = 0; k < 20; k++)
-			progress_both();
-		usleep(20000);
-		CHECK(def_left == 0, "provider connections closed late: %ld at the end of the cycles, %ld left after %.1f s",
-		      def_end, def_left, now_s() - (end - 12));
 	}
 	if (base_new >= 0)
 		CHECK(peak_new - base_new <= 2,
@@ -722,9 +723,9 @@ static void test_connect_close_cycles(void)
 		      "provider endpoints back to baseline: %ld (baseline %ld; ucx: %ld closes done after a flush)",
 		      softdoca_debug_counter("provider:live_eps"), base_eps, softdoca_debug_counter("provider:ep_graceful"));
 	rss_end = rss_kb();
-	printf("info connect/close cycles: RSS %ld kB after 500, %ld kB after %d (%ld kB once %ld deferred provider closes "
-	       "were done); live connections peak %ld (baseline %ld)\n",
-	       rss_warm, rss_loop, n, rss_end, def_end < 0 ? 0 : def_end, peak_conn, base_conn);
+	printf("info connect/close cycles: RSS %ld kB after 500, %ld kB after %d (%ld kB once the provider's endpoints "
+	       "closed; %ld provider connections open after the cycles); live connections peak %ld (baseline %ld)\n",
+	       rss_warm, rss_loop, n, rss_end, open_end, peak_conn, base_conn);
 	CHECK(peak_conn - base_conn <= 2 * (long)SD_CONN_KEEP_CLOSED + 4,
 	      "live connections stay bounded: baseline %ld, peak %ld (keeps %u closed per context)", base_conn,
 	      peak_conn, SD_CONN_KEEP_CLOSED);

@@ -168,13 +168,10 @@ const char *sd_prov_name(void)
 
 static void on_ep(struct sd_ep *ep, uint32_t events);
 
-struct pdefer;
-static struct pdefer *deferred;
 static struct doca_rdma_connection *pm_tx_list; /* connections with messages awaiting an answer */
 static struct doca_rdma_connection *plinger_head; /* native link ended, answers still due (sd_prov_conn_end) */
 static void plinger_sweep(void);
 static uint64_t plinger_next_ns(void);
-static void deferred_sweep(void);
 
 /* Connections whose provider operation failed: broken after progress (a
  * failed operation breaks an RC connection; not from inside a callback). */
@@ -267,8 +264,6 @@ static int prov_progress(void)
 		plost_sweep();
 	if (plinger_head)
 		plinger_sweep();
-	if (deferred)
-		deferred_sweep();
 	return n;
 }
 
@@ -312,8 +307,8 @@ static int prov_arm(int *sleep_ms)
 static int prov_drain(void)
 {
 	prov_progress();
-	if (deferred)
-		return 1; /* still in its wire-up: leaving now can abort the peer's UCX (wireup_ep.c assertion) */
+	/* a UCX endpoint still in its wire-up counts here until it is over (ucx_conn.c, close_after_flush):
+	 * leaving before can abort the peer's UCX (wireup_ep.c assertion) */
 	return P.p && P.ops->closing ? P.ops->closing(P.p) : 0;
 }
 
@@ -679,46 +674,6 @@ int sd_prov_on_addr(struct doca_rdma_connection *c, const void *blob, size_t len
 
 static void fail_ops(struct doca_rdma_connection *c, doca_error_t status);
 
-/* Provider connections whose DOCA connection ended while they were in their
- * wire-up (conn_connect called, not up yet): UCX 1.13 aborts the process when
- * an endpoint closes in the middle of its wire-up ("got REP message"), so such
- * a connection is closed once it is established, has failed, or after the
- * engine timeout. */
-struct pdefer {
-	struct pdefer *next;
-	struct sd_prov_conn *pc;
-	uint64_t deadline_ns;
-};
-
-static struct pdefer **deferred_find(const void *ctx)
-{
-	for (struct pdefer **pp = &deferred; *pp; pp = &(*pp)->next)
-		if (*pp == ctx)
-			return pp;
-	return NULL;
-}
-
-static void deferred_close(struct pdefer **pp)
-{
-	struct pdefer *d = *pp;
-
-	*pp = d->next;
-	P.ops->conn_close(d->pc);
-	free(d);
-}
-
-static void deferred_sweep(void)
-{
-	uint64_t now = sd_now_ns();
-
-	for (struct pdefer **pp = &deferred; *pp;) {
-		if (now >= (*pp)->deadline_ns)
-			deferred_close(pp);
-		else
-			pp = &(*pp)->next;
-	}
-}
-
 /* The native link ended before the provider connection (linger): the
  * peer's answers already on their way there (acknowledgements of its
  * receives, read and atomic responses) complete their operations, as an RC
@@ -770,24 +725,13 @@ void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status, int l
 		sd_conn_unref(c);
 	}
 	if (c->pconn && P.p) {
-		/* deferred: one in its wire-up (conn_connect called, not up yet). One that never got the
-		 * peer's address is in none (ucx: no endpoint yet; ofi: no fi_connect / fi_accept, and a
-		 * peer's request it kept is refused, which fails the peer's at once): closed now. Deferred
-		 * too, such connections of every DOCA connection that ended right after it was established
-		 * stayed open for the engine timeout each: thousands at once in a connect / close loop
-		 * (test_rdma.c's cycles), with their endpoints under ofi (32 receive buffers of 16 kB each),
-		 * the freed heap of that peak kept by malloc as RSS. */
-		struct pdefer *d = c->pready || !c->paddr_seen ? NULL : calloc(1, sizeof(*d));
-
-		if (d) {
-			d->pc = c->pconn;
-			d->deadline_ns = sd_now_ns() + sd_eng_timeout_ns();
-			d->next = deferred;
-			deferred = d;
-			P.ops->conn_set_ctx(c->pconn, d);
-		} else {
-			P.ops->conn_close(c->pconn);
-		}
+		/* closed now, also in the middle of its wire-up: the provider's close waits for that to be
+		 * over where its library needs it (ucx: UCX 1.13 aborts on an endpoint closed before the
+		 * wire-up's reply, so ucx_conn.c closes it after a flush, which UCP holds until then). The
+		 * bridge deferred such closes by the engine timeout until 2026-12-07: in a connect / close
+		 * loop (test_rdma.c's cycles) 300-1,000 were open at once, and the freed heap of that peak
+		 * stayed in RSS (ucx over tcp +0.3-1.0 kB per cycle). */
+		P.ops->conn_close(c->pconn);
 		c->pconn = NULL;
 	}
 	c->pready = 0;
@@ -803,14 +747,7 @@ void sd_prov_conn_end(struct doca_rdma_connection *c, doca_error_t status, int l
 static void on_conn_event(void *arg, struct sd_prov_conn *conn, void *conn_ctx, const struct sd_prov_conn_event *ev)
 {
 	struct doca_rdma_connection *c = conn_ctx;
-	struct pdefer **dp = deferred_find(conn_ctx);
-
 	(void)arg;
-	if (dp) { /* ended before it was up: close it now that its wire-up is over */
-		if ((*dp)->pc == conn)
-			deferred_close(dp);
-		return;
-	}
 	if (!c || c->pconn != conn)
 		return;
 	switch (ev->ev) {
@@ -875,7 +812,7 @@ static enum sd_prov_rx_answer on_rx(void *arg, struct sd_prov_conn *conn, void *
 
 	(void)arg;
 	*ndst = 0;
-	if (!c || deferred_find(conn_ctx) || c->pconn != conn || (c->state != SDC_ESTABLISHED && !c->plinger_ns))
+	if (!c || c->pconn != conn || (c->state != SDC_ESTABLISHED && !c->plinger_ns))
 		return SD_PROV_RX_TAKEN; /* its connection is going: nothing takes it any more */
 	if (!c->pmsg) { /* this side said messages travel on the native link */
 		SD_WARN("rdma: connection %u: unexpected provider message dropped", c->id);
@@ -1991,7 +1928,7 @@ void sd_prov_submit_end(void)
 	app = sd_eng_app_polls(); /* engine lock held: the engine changes it under it */
 	noarm = app && P.arm_signals;
 	if (!until || !P.p || P.polled || P.in_progress || (prov_turn(&ms, !noarm) && !app) || plost_head ||
-	    plinger_head || deferred || (ms >= 0 && sd_now_ns() + (uint64_t)ms * 1000000ull < until)) {
+	    plinger_head || (ms >= 0 && sd_now_ns() + (uint64_t)ms * 1000000ull < until)) {
 		P.kicked = 1;
 		sd_eng_kick();
 	}
@@ -2053,17 +1990,6 @@ long sd_prov_counter(const char *name)
 	long v = -1;
 	int took;
 
-	if (!strcmp(name, "deferred")) { /* provider connections waiting to be closed (struct pdefer) */
-		long n = 0;
-
-		if (!P.p)
-			return -1;
-		lock_engine(&took);
-		for (struct pdefer *d = deferred; d; d = d->next)
-			n++;
-		unlock_engine(took);
-		return n;
-	}
 	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
 		if (!strcmp(name, own[i].name))
 			mine = (const uint64_t *)((const char *)&P + own[i].off);

@@ -844,7 +844,12 @@ doca_error_t ux_accept(struct sd_prov_conn *pc, const void *priv, size_t priv_le
 
 /* Close once what was sent is at the peer (ucp_ep_flush_nbx), bounded by
  * timeout_ms; then a forced close (a graceful ucp_ep_close_nbx waits for the
- * peer's side, which may be closing too). */
+ * peer's side, which may be closing too). This also makes a close in the
+ * middle of the endpoint's wire-up safe: UCX 1.13 aborts the process when a
+ * wire-up reply comes for an endpoint already closed, and UCP holds a flush
+ * until the wire-up is over (its wire-up endpoint answers a flush with
+ * UCS_ERR_NO_RESOURCE, which queues it). The deadline is the one exception,
+ * as for any op: a peer that never answers within timeout_ms is gone. */
 static void close_after_flush(struct uconn *c)
 {
 	uint64_t before = c->flush_issued;
