@@ -670,6 +670,7 @@ static void test_connect_close_cycles(void)
 	long rss_warm = 0, rss_end, rss_loop, peak_conn = 0, open_end = -1;
 	long base_eps = softdoca_debug_counter("provider:live_eps");
 	long base_new = softdoca_debug_counter("provider:conns_new"), peak_new = base_new;
+	long base_wedged = softdoca_debug_counter("provider:txe_wedged");
 	int n = 2000, ok = 1, i;
 	double t0 = now_s(), end;
 
@@ -718,6 +719,10 @@ static void test_connect_close_cycles(void)
 		CHECK(peak_new - base_new <= 2,
 		      "provider connections that never got the peer's address closed with their DOCA connection: "
 		      "at most %ld open after a cycle (baseline %ld)", peak_new, base_new);
+	if (base_wedged >= 0) /* ofi RDM: a close in the set-up waits for its HELLO (ofi_conn.c, ofi_conn_step) */
+		CHECK(softdoca_debug_counter("provider:txe_wedged") == base_wedged,
+		      "no transmit endpoint wedged by connections closed in their set-up: %ld (baseline %ld)",
+		      softdoca_debug_counter("provider:txe_wedged"), base_wedged);
 	if (base_eps >= 0)
 		CHECK(softdoca_debug_counter("provider:live_eps") <= base_eps,
 		      "provider endpoints back to baseline: %ld (baseline %ld; ucx: %ld closes done after a flush)",

@@ -762,6 +762,20 @@ int ofi_conn_step(struct sd_prov_conn *c)
 			}
 		}
 	} else {
+		/* RDM, closed in its set-up with its HELLO not completed yet: kept until it is (or the deadline,
+		 * or the peer is gone); the bridge closes a connection whenever its DOCA connection ends, also
+		 * mid set-up. Failed now:
+		 *  - a posted HELLO would be an orphan that wedges the transmit endpoint toward that peer, which
+		 *    the next CQ read closes while the fabric may still complete the HELLO into the CQ (rxm,
+		 *    efa defer completions);
+		 *  - a queued one (shm answered -FI_EAGAIN: its first post to a peer only sends the
+		 *    endpoint's name, and posts wait until the peer has mapped it) leaves that name in the
+		 *    peer's queue; an own transmit endpoint closed before the peer read it unlinks its region,
+		 *    and libfabric 1.17's shm then dereferences a NULL region in the peer's progress
+		 *    (smr_progress_connreq): the peer process dies of SIGSEGV. */
+		if (p->ch.ep_type == FI_EP_RDM && c->state == CS_CONNECTING && (c->out_head || c->pend_head) &&
+		    ofi_now_ns() < c->deadline_ns && !peer_gone(c))
+			return 0;
 		ofi_msg_ep_teardown(c);
 		ofi_fail_ops(c, DOCA_ERROR_CONNECTION_RESET, 0);
 		ofi_conn_drop_request(c); /* closed before it connected: the peer's kept OOB request refused */

@@ -297,6 +297,7 @@ struct sd_prov {
 	struct ofi_txe *txes;
 	int tx_per_peer;            /* shm: an endpoint per peer (else all on p->ep) */
 	int ntx_own;
+	long nwedged;               /* transmit endpoints wedged so far (counter "txe_wedged") */
 	/* the doorbell (poll-only providers: shm has no CQ wait object): an abstract
 	 * AF_UNIX datagram socket named after uid, in the epoll set; peers ring it
 	 * after posting what needs this instance's progress, and are answered after it */

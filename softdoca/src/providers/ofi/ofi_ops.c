@@ -135,8 +135,10 @@ void ofi_fail_ops(struct sd_prov_conn *c, doca_error_t st, int quiet)
 				 * endpoint: new connections to the peer get a fresh one */
 				o->txe = c->txe;
 				c->txe->orphans++;
-				if (!quiet)
+				if (!quiet && !c->txe->wedged) {
 					c->txe->wedged = 1;
+					p->nwedged++;
+				}
 				o->next = p->orphans;
 				p->orphans = o;
 			} else {

@@ -1207,7 +1207,8 @@ void ofi_op_rx_resume(struct sd_prov_conn *);
  * ones included until freed), "live_eps" (MSG: the connections' own endpoints, each with its CQ and its
  * OFI_RX_MSG receive buffers; -1 under RDM), "conn_requests" (peers' connection requests kept, each holding
  * the provider's handle: tcp, an accepted socket), "conns_new" (open connections that never got the peer's
- * address: conn_connect not called). */
+ * address: conn_connect not called), "txe_wedged" (RDM: transmit endpoints wedged so far, each replaced for
+ * its peer: a failed connection left ops the fabric still holds). */
 static long o_counter(struct sd_prov *p, const char *name)
 {
 	int k = !strcmp(name, "live_conns")      ? 1
@@ -1217,6 +1218,8 @@ static long o_counter(struct sd_prov *p, const char *name)
 						 : 0;
 	long n = 0;
 
+	if (!strcmp(name, "txe_wedged"))
+		return p->ch.ep_type == FI_EP_RDM ? p->nwedged : -1;
 	if (!k || (k == 2 && p->ch.ep_type != FI_EP_MSG))
 		return -1;
 	for (struct sd_prov_conn *c = p->conns; c; c = c->next)
