@@ -16,56 +16,12 @@
  * provider is not built here, or its probe says it cannot start (skip).
  */
 #define _GNU_SOURCE
-#include "providers/provider.h"
+#define HARNESS_PAT_BIAS 1u /* this test's pattern: one up from the others' */
+#include "harness.h"
 
-#include <errno.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
-
-static const struct sd_provider_ops *P;
 static const char *NAME;
-static int fails;
-static const char *who = "initiator";
-static const char *rule = "setup";
-
-#define CHECK(c, ...)                                                                               \
-	do {                                                                                        \
-		if (!(c)) {                                                                         \
-			fprintf(stderr, "[%s] FAIL rule '%s' (%s:%d): %s: ", who, rule, __FILE__, __LINE__, #c); \
-			fprintf(stderr, __VA_ARGS__);                                               \
-			fprintf(stderr, "\n");                                                      \
-			fails++;                                                                    \
-		}                                                                                   \
-	} while (0)
-#define EXPECT_OK(e, what) CHECK((e) == DOCA_SUCCESS, "%s: %s", what, sd_prov_strerror(e))
 #define ES(e) sd_prov_strerror(e)
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static uint8_t pat(uint32_t seed, size_t i) { return (uint8_t)(seed * 131u + i * 7u + (i >> 8) + 1u); }
-static void fill(uint8_t *b, size_t n, uint32_t seed) { for (size_t i = 0; i < n; i++) b[i] = pat(seed, i); }
-static int matches(const uint8_t *b, size_t n, uint32_t seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (b[i] != pat(seed, i))
-			return 0;
-	return 1;
-}
 static uint32_t pat_crc(size_t n, uint32_t seed)
 {
 	uint8_t *t = malloc(n ? n : 1);
@@ -586,35 +542,14 @@ static int wait_ops(struct op **o, int n, uint64_t ms)
 }
 
 /* ---------------------------------------------------------------- socketpair */
-static void msend(int fd, const void *b, size_t n)
-{
-	uint32_t l = (uint32_t)n;
-
-	if (write(fd, &l, 4) != 4 || (n && write(fd, b, n) != (ssize_t)n)) {
-		fprintf(stderr, "[%s] msend: %s\n", who, strerror(errno));
-		exit(1);
-	}
-}
 /* Receive one message, progressing in (if any) meanwhile: the peer may need us to. */
 static size_t mrecv(struct inst *in, int fd, void *b, size_t cap)
 {
-	uint32_t l;
-	size_t got = 0;
-	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	int prog_in = in && in->p;
 
-	if ((in && in->p ? wait_until(in, NULL, NULL, 30000, fd) != 2 : poll(&pf, 1, 30000) != 1) ||
-	    read(fd, &l, 4) != 4 || l > cap) {
-		fprintf(stderr, "[%s] FAIL rule '%s': mrecv: the peer is gone or silent for 30 s\n", who, rule);
-		exit(1);
-	}
-	while (got < l) {
-		ssize_t k;
-
-		if (poll(&pf, 1, 30000) != 1 || (k = read(fd, (char *)b + got, l - got)) <= 0)
-			exit(1);
-		got += (size_t)k;
-	}
-	return l;
+	if (prog_in && wait_until(in, NULL, NULL, 30000, fd) != 2)
+		mrecv_gone();
+	return mrecv_fd(fd, b, cap, prog_in);
 }
 
 enum cmd {
@@ -817,18 +752,11 @@ static void target(int sock)
 			break;
 		}
 		case CMD_LISTEN: {
-			struct sockaddr_storage ss;
-			struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-			socklen_t sl = sizeof(*sin);
 			struct sd_prov_why why = {{0}};
 			doca_error_t e;
 
-			memset(&ss, 0, sizeof(ss));
-			sin->sin_family = AF_INET;
-			sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-			e = P->listen(in->p, &ss, &sl, &LISTENER_TAG, &l, &why);
+			m.val = listen_loopback(in->p, &LISTENER_TAG, &l, &e, &why);
 			m.n = (uint32_t)e;
-			m.val = e ? 0 : ntohs(sin->sin_port);
 			snprintf((char *)m.priv[0], sizeof(m.priv[0]), "%s", why.msg);
 			break;
 		}
@@ -2456,11 +2384,13 @@ static void rule_one_completion(void)
 int main(int argc, char **argv)
 {
 	struct sd_prov_why why = {{0}};
-	int sv[2], gs[2], vs[2], status = -1;
+	int gs, vs, status = -1;
 	pid_t tpid, gpid, vpid;
 	doca_error_t e;
 	uint64_t t0 = now_ms();
 
+	who = "initiator";
+	rule = "setup";
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc != 2) {
 		fprintf(stderr, "usage: %s <provider>\n", argv[0]);
@@ -2481,25 +2411,8 @@ int main(int argc, char **argv)
 	       getenv("FI_PROVIDER") ? getenv("FI_PROVIDER") : "default transports");
 	signal(SIGPIPE, SIG_IGN);
 	/* every child before any instance exists in this process */
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) || socketpair(AF_UNIX, SOCK_STREAM, 0, gs) ||
-	    socketpair(AF_UNIX, SOCK_STREAM, 0, vs))
+	if ((gpid = spawn(ghost, &gs)) < 0 || (vpid = spawn(victim, &vs)) < 0 || (tpid = spawn(target, &S_sock)) < 0)
 		return 1;
-	if ((gpid = fork()) == 0) {
-		close(gs[0]);
-		ghost(gs[1]);
-	}
-	close(gs[1]);
-	if ((vpid = fork()) == 0) {
-		close(vs[0]);
-		victim(vs[1]);
-	}
-	close(vs[1]);
-	if ((tpid = fork()) == 0) {
-		close(sv[0]);
-		target(sv[1]);
-	}
-	close(sv[1]);
-	S_sock = sv[0];
 	alarm(240);
 
 	rule_ops_table();
@@ -2553,13 +2466,14 @@ int main(int argc, char **argv)
 			rules_failed++;
 		rule = "setup";
 	}
-	rule_dead_address(gs[0], gpid);
-	rule_peer_killed(vs[0], vpid);
+	rule_dead_address(gs, gpid);
+	rule_peer_killed(vs, vpid);
 	rule_close_in_use();
 	rule_one_completion();
 	rule_end();
 	printf("%s %s: %d rules ok, %d failed; skipped by caps: %s; %llu ms\n", argv[0], NAME, rules_ok, rules_failed,
 	       skipped[0] ? skipped : "none", (unsigned long long)(now_ms() - t0));
+	checks_summary(argv[0]);
 	printf("%s: %s\n", argv[0], fails || rules_failed ? "FAILED" : "ok");
 	return fails || rules_failed ? 1 : 0;
 }
