@@ -425,6 +425,62 @@ out:
 	pair_close(q);
 }
 
+/* shm (RDM): a connection closed while its HELLO is still unsent. shm 1.17's
+ * first post from an endpoint to a peer only sends the endpoint's name (a
+ * connection request) and answers -FI_EAGAIN until the peer has read it; an
+ * instance whose own transmit endpoint closed before that unlinked its region,
+ * and the peer's next progress dereferenced a NULL region inside fi_cq_read
+ * (the peer died of SIGSEGV; a CI run of tests/test_rdma.py). The close waits
+ * for the HELLO (the peer is not progressed here for 200 ms), then goes once
+ * the peer has read the name; the peer then progresses with the instance
+ * closed: this process would die here without the wait. */
+static void test_close_before_hello_read(void)
+{
+	struct sd_prov *q[2] = { NULL, NULL };
+	struct sd_prov_conn *c[2] = { NULL, NULL };
+	void *blob[2] = { NULL, NULL };
+	size_t len[2] = { 0, 0 };
+	struct sd_prov_why why = {{0}};
+	int waiting, left = -1;
+	doca_error_t e;
+
+	if (!pair_open(q))
+		goto out;
+	pair_conns(q, c, blob, len);
+	e = P->conn_connect(c[1], blob[0], len[0], &why);
+	CHECK(e == DOCA_SUCCESS, "conn_connect: %s %s", sd_prov_strerror(e), why.msg);
+	P->conn_close(c[1]);
+	c[1] = NULL;
+	for (uint64_t end = now_ms() + 200; now_ms() < end && P->closing(q[1]);) {
+		P->progress(q[1]); /* the peer q[0] is not progressed: the name stays unread */
+		usleep(1000);
+	}
+	waiting = P->closing(q[1]);
+	CHECK(waiting == 1, "a connection closed with its HELLO unsent waits while the peer has not read the "
+	      "endpoint's name: %d closing after 200 ms", waiting);
+	for (uint64_t end = now_ms() + 5000; (left = P->closing(q[1])) && now_ms() < end;) {
+		P->progress(q[0]);
+		P->progress(q[1]);
+		usleep(1000);
+	}
+	CHECK(left == 0, "it closes once the peer has read the name: %d closing after 5 s", left);
+	EXPECT_OK(P->close(q[1]), "close the instance that closed its connection");
+	q[1] = NULL;
+	for (int i = 0; i < 50; i++) { /* the peer progresses on: alive, nothing of the closed one left to read */
+		P->progress(q[0]);
+		usleep(1000);
+	}
+	P->conn_close(c[0]);
+	for (uint64_t end = now_ms() + 5000; P->closing(q[0]) && now_ms() < end;)
+		P->progress(q[0]);
+	printf("  closed before its HELLO was read: waited (%d closing after 200 ms), closed (%d left), the peer "
+	       "progressed on\n", waiting, left);
+out:
+	free(blob[0]);
+	free(blob[1]);
+	pair_close(q);
+}
+
 /* Many connections in a row between the same two instances, more than shm
  * 1.17's 256 AV entries: each must come up. (It used to insert the peer's
  * address once per connection, and shm counts every insert against its
@@ -921,6 +977,10 @@ int main(int argc, char **argv)
 		test_kept_request_closed(!!(caps.flags & SD_PROV_CAP_CM));
 		printf("  many connections in a row between two instances\n");
 		test_many_conns();
+		if (shm) {
+			printf("  a connection closed before the peer read its endpoint's name\n");
+			test_close_before_hello_read();
+		}
 	}
 	EXPECT_OK(P->close(S.p), "close");
 	checks_summary(argv[0]);
