@@ -598,6 +598,14 @@ int ux_cm_enabled(void)
 	return tls_enabled(net, NELEM(net), family, NELEM(family));
 }
 
+/* listen / connect_addr where SD_PROV_CAP_CM is not claimed (ux_cm_enabled) */
+static doca_error_t no_cm(struct sd_prov_why *why)
+{
+	WHY(why, "ucx: UCX_TLS=%s enables no network transport, which UCX's client-server connections need "
+		 "(add tcp to UCX_TLS, or connect out of band: conn_export / conn_connect)", getenv("UCX_TLS"));
+	return DOCA_ERROR_NOT_SUPPORTED;
+}
+
 static ucp_ep_params_t ep_params(struct uconn *c)
 {
 	return ux_ep_params_for(c->same_host, err_cb, c);
@@ -779,11 +787,8 @@ doca_error_t ux_listen(struct sd_prov *p, struct sockaddr_storage *addr, socklen
 
 	if (!p || !addr || !alen || !out)
 		return DOCA_ERROR_INVALID_VALUE;
-	if (!ux_cm_enabled()) {
-		WHY(why, "ucx: UCX_TLS=%s enables no network transport, which UCX's client-server connections need "
-			 "(add tcp to UCX_TLS, or connect out of band: conn_export / conn_connect)", getenv("UCX_TLS"));
-		return DOCA_ERROR_NOT_SUPPORTED;
-	}
+	if (!p->cm)
+		return no_cm(why);
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return DOCA_ERROR_NO_MEMORY;
@@ -887,11 +892,8 @@ doca_error_t ux_connect_addr(struct sd_prov *p, const struct sockaddr *addr, soc
 
 	if (!p || !addr || !out || priv_len > SD_PROV_MAX_PRIV || (priv_len && !priv))
 		return DOCA_ERROR_INVALID_VALUE;
-	if (!ux_cm_enabled()) {
-		WHY(why, "ucx: UCX_TLS=%s enables no network transport, which UCX's client-server connections need "
-			 "(add tcp to UCX_TLS, or connect out of band: conn_export / conn_connect)", getenv("UCX_TLS"));
-		return DOCA_ERROR_NOT_SUPPORTED;
-	}
+	if (!p->cm)
+		return no_cm(why);
 	c = conn_alloc(p, ctx);
 	if (!c)
 		return DOCA_ERROR_NO_MEMORY;

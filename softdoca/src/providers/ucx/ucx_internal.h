@@ -295,6 +295,7 @@ struct sd_prov {
 	unsigned probes;           /* receive-queue probes sent so far */
 	struct sd_prov_mr *mrs;
 	int amw_env;               /* SOFTDOCA_UCX_AM_WRITES: -1 unset, 0 off, 1 on */
+	int cm;                    /* ux_cm_enabled() at open: client-server connections can work */
 	int amw_fill;              /* connections with a batch being filled */
 	unsigned long amw_batches, amw_writes; /* batches sent, and the writes in them */
 	struct uprobe probe;

@@ -290,6 +290,7 @@ static doca_error_t u_open(const struct sd_prov_open_params *prm, struct sd_prov
 		const char *amw = getenv("SOFTDOCA_UCX_AM_WRITES");
 
 		p->amw_env = amw && *amw ? atoi(amw) != 0 : -1;
+		p->cm = ux_cm_enabled(); /* UCX_TLS is read once, like UCX's own configuration */
 	}
 	s = UX.config_read(NULL, NULL, &cfg);
 	if (s != UCS_OK) {
@@ -432,7 +433,7 @@ static void u_caps(struct sd_prov *p, struct sd_prov_caps *caps)
 	caps->enforce = verbs ? SD_PROV_ENF_BOUNDS | SD_PROV_ENF_REVOKE : 0;
 	/* ucp_worker_progress counts the puts and messages it served; the worker's fd is armed by
 	 * ucp_worker_arm (its eventfd read, its shared-memory signal socket drained) */
-	caps->flags = SD_PROV_CAP_OOB | (ux_cm_enabled() ? SD_PROV_CAP_CM : 0) | SD_PROV_CAP_FD | SD_PROV_CAP_CHECK_REQUESTER |
+	caps->flags = SD_PROV_CAP_OOB | (p->cm ? SD_PROV_CAP_CM : 0) | SD_PROV_CAP_FD | SD_PROV_CAP_CHECK_REQUESTER |
 		      SD_PROV_CAP_SPIN_UNARMED |
 		      (verbs ? SD_PROV_CAP_ATOMIC_NATIVE | SD_PROV_CAP_ONE_SIDED_NO_TARGET : 0);
 	/* UCX's shared-memory transports (mm: posix, sysv, xpmem): ucp_worker_arm sets the FIFO's armed
