@@ -7,8 +7,7 @@
  * Exit 77: libfabric is not installed, or the provider not built (skip).
  */
 #define _GNU_SOURCE
-#define HARNESS_SUITE
-#include "harness.h"
+#include "harness_suite.h"
 /* ofi_shmlock.c: queue locks of dead processes the watch released (this test links the provider's sources) */
 extern unsigned long ofi_lockwatch_releases;
 extern int ofi_lockwatch_instances;

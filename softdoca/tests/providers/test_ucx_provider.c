@@ -7,8 +7,7 @@
  * Exit 77: UCX is not installed (skip).
  */
 #define _GNU_SOURCE
-#define HARNESS_SUITE
-#include "harness.h"
+#include "harness_suite.h"
 
 /* ---------------------------------------------------------------- a write from inside a callback */
 /* A write submitted from inside a callback (as softdoca's bridge does): on the next DISCONNECTED event
