@@ -151,6 +151,19 @@ static inline size_t mrecv_fd(int fd, void *b, size_t cap, int ready)
 /* ---------------------------------------------------------------- processes */
 /* Fork a child that runs child() on its end of a new socketpair (child does
  * not return); ours in *sock. -1: no socketpair or no fork. */
+/* A child forked before the parent opened its instance: named on its FAIL
+ * lines, killed with its parent, and waiting for the parent's go (a byte on
+ * sock); a parent that closed sock without one ends it. */
+static inline void child_begin(int sock, const char *name)
+{
+	char go;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a parent that failed */
+	who = name;
+	if (read(sock, &go, 1) != 1)
+		_exit(0);
+}
+
 static inline pid_t spawn(void (*child)(int sock), int *sock)
 {
 	int sv[2];

@@ -665,12 +665,8 @@ static inline void __attribute__((noreturn)) ghost(int sock)
 	struct sd_prov_conn *cc;
 	void *b;
 	size_t l;
-	char go;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a parent that failed */
-	who = "ghost";
-	if (read(sock, &go, 1) != 1)
-		_exit(0);
+	child_begin(sock, "ghost");
 	open_prov(1000);
 	P->conn_create(S.p, NULL, &cc);
 	P->conn_export(cc, &b, &l);
@@ -714,12 +710,8 @@ static inline void __attribute__((noreturn)) victim(int sock)
 	void *b;
 	size_t l;
 	uint8_t *mem = malloc(4u << 20);
-	char go;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a parent that failed */
-	who = "victim";
-	if (read(sock, &go, 1) != 1)
-		_exit(0);
+	child_begin(sock, "victim");
 	open_prov(3000);
 	(void)oob_connect(sock, 0);
 	P->reg_mem(S.p, mem, 4u << 20, DOCA_ACCESS_FLAG_RDMA_WRITE, &mr, &b, &l);

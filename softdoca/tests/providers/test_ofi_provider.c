@@ -542,13 +542,8 @@ static void phoenix(int sock)
 	void *b;
 	size_t l;
 	uint8_t *mem = aligned_alloc(4096, 1u << 20);
-	char go;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a parent that failed */
-
-	who = "phoenix";
-	if (read(sock, &go, 1) != 1)
-		_exit(0);
+	child_begin(sock, "phoenix");
 	memset(mem, 0, 1u << 20);
 	open_prov(3000);
 	cc = oob_connect(sock, 0);
@@ -673,15 +668,12 @@ static void holder(int sock)
 	void *b;
 	size_t l;
 	uint8_t *mem = calloc(1, 1u << 16);
-	char go, pre[64];
+	char pre[64];
 	DIR *d;
 	struct dirent *e;
 	int n = 0;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	who = "holder";
-	if (read(sock, &go, 1) != 1)
-		_exit(0);
+	child_begin(sock, "holder");
 	open_prov(3000);
 	(void)oob_connect(sock, 0);
 	EXPECT_OK(P->reg_mem(S.p, mem, 1u << 16, DOCA_ACCESS_FLAG_RDMA_WRITE | DOCA_ACCESS_FLAG_LOCAL_READ_WRITE, &mr, &b,
@@ -754,13 +746,10 @@ static void test_holder_died(int sock, pid_t pid)
 
 static void intruder(int sock)
 {
-	char go, name[256];
+	char name[256];
 	size_t n;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	who = "intruder";
-	if (read(sock, &go, 1) != 1)
-		_exit(0);
+	child_begin(sock, "intruder");
 	open_prov(3000);
 	(void)oob_connect(sock, 0);
 	n = mrecv(sock, name, sizeof(name) - 1);

@@ -2140,12 +2140,8 @@ static void ghost(int sock)
 	struct cctx *x;
 	void *b = NULL;
 	size_t l = 0;
-	char go;
 
-	who = "ghost";
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (read(sock, &go, 1) != 1)
-		_exit(0);
+	child_begin(sock, "ghost");
 	inst_open(&I_main, "ghost", 2000);
 	x = cx_new(&I_main);
 	P->conn_create(I_main.p, x, &c);
@@ -2198,12 +2194,8 @@ static void victim(int sock)
 	void *b = NULL;
 	size_t l = 0;
 	uint8_t *mem = aligned_alloc(4096, 4u << 20);
-	char go;
 
-	who = "victim";
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (read(sock, &go, 1) != 1)
-		_exit(0);
+	child_begin(sock, "victim");
 	inst_open(&I_main, "victim", 2000);
 	x = cx_new(&I_main);
 	oob_connect(&I_main, sock, 0, x);

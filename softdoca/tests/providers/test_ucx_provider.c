@@ -210,9 +210,7 @@ static void orderer(int sock)
 	uint8_t *mem = aligned_alloc(4096, 1u << 20);
 	char go;
 
-	who = "orderer";
-	if (read(sock, &go, 1) != 1)
-		_exit(0);
+	child_begin(sock, "orderer");
 	open_prov(3000);
 	memset(mem, 0, 1u << 20);
 	EXPECT_OK(P->reg_mem(S.p, mem, 1u << 20, DOCA_ACCESS_FLAG_RDMA_WRITE, &mr, &b, &l), "reg_mem");
