@@ -594,6 +594,20 @@ static inline void test_bad_input(struct sd_prov_conn *c, const uint8_t *rkblob,
 }
 
 /* The client-server mode: accept and reject with private data, and a connect to nobody, bounded. */
+/* The target's answer to the next CM request: accept (with answer as its private data) or reject (the same),
+ * after checking the request carried expect. */
+static inline void cm_answer(int sock, int accept, const char *answer, const char *expect)
+{
+	struct msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.cmd = CMD_CM_ANSWER;
+	m.seed = (uint32_t)accept;
+	snprintf(m.text, 32, "%s", answer);
+	snprintf(m.text + 32, sizeof(m.text) - 32, "%s", expect);
+	cmd(sock, &m);
+}
+
 static inline void test_cm(int sock)
 {
 	struct msg m = { .cmd = CMD_LISTEN };
@@ -611,12 +625,7 @@ static inline void test_cm(int sock)
 	/* accept */
 	e = P->connect_addr(S.p, (struct sockaddr *)&in, sizeof(in), "hello", 5, NULL, &c, &why);
 	CHECK(e == DOCA_SUCCESS, "connect_addr: %s %s", sd_prov_strerror(e), why.msg);
-	memset(&m, 0, sizeof(m));
-	m.cmd = CMD_CM_ANSWER;
-	m.seed = 1;
-	strcpy(m.text, "welcome");
-	strcpy(m.text + 32, "hello");
-	cmd(sock, &m);
+	cm_answer(sock, 1, "welcome", "hello");
 	wait_for(NULL, NULL, -1, 0); /* progress once */
 	wait_change(&S.established, est0, 10000);
 	mrecv(sock, &m, sizeof(m));
@@ -634,12 +643,7 @@ static inline void test_cm(int sock)
 	c = NULL;
 	e = P->connect_addr(S.p, (struct sockaddr *)&in, sizeof(in), "reject me", 9, NULL, &c, &why);
 	CHECK(e == DOCA_SUCCESS, "connect_addr 2: %s", sd_prov_strerror(e));
-	memset(&m, 0, sizeof(m));
-	m.cmd = CMD_CM_ANSWER;
-	m.seed = 0;
-	strcpy(m.text, "nope");
-	strcpy(m.text + 32, "reject me");
-	cmd(sock, &m);
+	cm_answer(sock, 0, "nope", "reject me");
 	wait_change(&S.rejected, rej0, 10000);
 	mrecv(sock, &m, sizeof(m));
 	CHECK(S.rejected == rej0 + 1 && S.priv_len == 4 && !memcmp(S.priv, "nope", 4), "CM reject with private data");
